@@ -1,0 +1,28 @@
+"""offload-info: every plugin, whether it loaded and why not, every device."""
+from __future__ import annotations
+
+import sys
+
+from . import api
+
+
+def main(argv: list[str] | None = None) -> int:
+    m = api.runtime()
+    print(f"offload {__import__('offload').__version__}: {m.num_devices()} device(s); "
+          f"initial device is {m.num_devices()}")
+    number = 0
+    for rec in m.records:
+        status = (f"{rec.num_devices} device(s)" if rec.num_devices
+                  else f"no devices: {rec.reason or 'none reported'}")
+        print(f"\nplugin {rec.name}: {status}")
+        for local in range(rec.num_devices):
+            dev = m.get_device(number)
+            print(f"  device {number} ({rec.name} #{local}):")
+            for key, value in dev.info().items():
+                print(f"    {key:<24} {value}")
+            number += 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Every environment variable offload reads, read in this one place."""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+
+from .errors import ErrorCode, OffloadError
+
+
+class TargetOffload(enum.Enum):
+    DEFAULT = "default"
+    MANDATORY = "mandatory"
+    DISABLED = "disabled"
+
+
+class LockMapped(enum.Enum):
+    OFF = "off"
+    ON = "on"
+    MANDATORY = "mandatory"
+
+
+class Info(enum.IntFlag):
+    """LIBOMPTARGET_INFO bits, LLVM's values."""
+
+    KERNEL_ARGS = 0x1
+    MAPPING_EXISTS = 0x2
+    DUMP_TABLE = 0x4
+    MAPPING_CHANGED = 0x8
+    PLUGIN_KERNEL = 0x10
+    DATA_TRANSFER = 0x20
+    EMPTY_MAPPING = 0x40
+
+
+# name -> one-line description; the README's table is made from this.
+VARIABLES = {
+    "OMP_TARGET_OFFLOAD": "mandatory | disabled | default",
+    "OMP_DEFAULT_DEVICE": "initial default device number (default 0)",
+    "LIBOMPTARGET_INFO": "bit mask of Info: maps, transfers, kernel launches, table dumps",
+    "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS": "off | on | mandatory: pin host buffers when mapped",
+    "OFFLOAD_PLUGINS": "comma list restricting and ordering plugins (e.g. host,cuda)",
+    "OFFLOAD_HOST_NUM_DEVICES": "number of host-plugin devices (default 1)",
+    "OFFLOAD_CACHE_DIR": "where compile_c keeps compiled images (default ~/.cache/offload)",
+    "OFFLOAD_CC": "C compiler used by compile_c (default $CC, else cc)",
+    "OFFLOAD_CUDA_LIBRARY": "path of libcuda (default libcuda.so.1)",
+    "OFFLOAD_CUDA_NVRTC_LIBRARY": "path of libnvrtc (default: searched)",
+    "OFFLOAD_AMDGPU_HSA_LIBRARY": "path of libhsa-runtime64 (default libhsa-runtime64.so.1)",
+}
+
+
+def _enum(name: str, kind: type[enum.Enum], default: enum.Enum) -> enum.Enum:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if kind is LockMapped and raw in ("1", "true", "yes"):
+        return LockMapped.ON
+    if kind is LockMapped and raw in ("0", "false", "no"):
+        return LockMapped.OFF
+    try:
+        return kind(raw)
+    except ValueError:
+        allowed = " | ".join(m.value for m in kind)
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{name}={raw!r} is not one of {allowed}") from None
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw, 0)
+    except ValueError:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise OffloadError(ErrorCode.INVALID_VALUE, f"{name}={value} is below {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class Config:
+    target_offload: TargetOffload = TargetOffload.DEFAULT
+    default_device: int = 0
+    info: Info = Info(0)
+    lock_mapped: LockMapped = LockMapped.OFF
+    plugins: tuple[str, ...] | None = None
+    host_num_devices: int = 1
+    cache_dir: str = ""
+    cc: str = "cc"
+    cuda_library: str = "libcuda.so.1"
+    nvrtc_library: str = ""
+    hsa_library: str = "libhsa-runtime64.so.1"
+    extra: dict = field(default_factory=dict)
+
+
+def read() -> Config:
+    """Read the environment now."""
+    env = os.environ
+    plugins = env.get("OFFLOAD_PLUGINS", "").strip()
+    return Config(
+        target_offload=_enum("OMP_TARGET_OFFLOAD", TargetOffload, TargetOffload.DEFAULT),
+        default_device=_int("OMP_DEFAULT_DEVICE", 0),
+        info=Info(_int("LIBOMPTARGET_INFO", 0) & 0x7F),
+        lock_mapped=_enum("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", LockMapped, LockMapped.OFF),
+        plugins=tuple(p.strip() for p in plugins.split(",") if p.strip()) if plugins else None,
+        host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1),
+        cache_dir=env.get("OFFLOAD_CACHE_DIR")
+        or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
+        cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",
+        cuda_library=env.get("OFFLOAD_CUDA_LIBRARY") or "libcuda.so.1",
+        nvrtc_library=env.get("OFFLOAD_CUDA_NVRTC_LIBRARY", ""),
+        hsa_library=env.get("OFFLOAD_AMDGPU_HSA_LIBRARY") or "libhsa-runtime64.so.1",
+    )

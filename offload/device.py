@@ -1,0 +1,100 @@
+"""Device: one per plugin device, with its mapping table; lock/unlock dispatch."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .config import Config
+from .errors import ErrorCode, OffloadError
+from .image import Binary, Kernel
+from .mapping import MappingTable
+from .plugins.common import AllocKind, GenericPlugin
+
+
+class Device:
+    """A global device number bound to (plugin, local id)."""
+
+    def __init__(self, number: int, plugin: GenericPlugin, local_id: int, config: Config):
+        self.number = number
+        self.plugin = plugin
+        self.local_id = local_id
+        self.table = MappingTable(plugin, local_id, number, config.info)
+        self._binaries: dict[int, Optional[Binary]] = {}
+
+    def __repr__(self) -> str:
+        return f"<Device {self.number}: {self.plugin.name} #{self.local_id}>"
+
+    @property
+    def generic(self):
+        return self.plugin.device(self.local_id)
+
+    # ---- pinning (targetLockExplicit / targetUnlockExplicit) ---------------
+    def lock(self, host: int, size: int, owner: Any = None, read_only: bool = False) -> int:
+        return self.plugin.data_lock(self.local_id, host, size, owner, read_only)
+
+    def unlock(self, host: int) -> None:
+        self.plugin.data_unlock(self.local_id, host)
+
+    # ---- memory -----------------------------------------------------------
+    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> int:
+        return self.plugin.data_alloc(self.local_id, size, kind)
+
+    def free(self, addr: int, kind: AllocKind = AllocKind.DEVICE) -> None:
+        self.plugin.data_delete(self.local_id, addr, kind)
+
+    def submit(self, tgt: int, host: int, size: int, queue: Any = None) -> None:
+        self.plugin.data_submit(self.local_id, tgt, host, size, queue)
+
+    def retrieve(self, host: int, tgt: int, size: int, queue: Any = None) -> None:
+        self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
+
+    def exchange(self, src: int, dst_device: "Device", dst: int, size: int,
+                 queue: Any = None) -> bool:
+        return self.plugin.data_exchange(self.local_id, src, dst_device.plugin,
+                                         dst_device.local_id, dst, size, queue)
+
+    def is_device_memory(self, addr: int) -> bool:
+        return self.generic.allocation(addr) is not None
+
+    def is_accessible(self, host: int, size: int) -> bool:
+        return self.plugin.is_accessible(self.local_id, host, size)
+
+    # ---- queues -----------------------------------------------------------
+    def get_queue(self) -> Any:
+        return self.generic.get_queue()
+
+    def release_queue(self, queue: Any) -> None:
+        self.generic.release_queue(queue)
+
+    def synchronize(self, queue: Any) -> None:
+        self.plugin.synchronize(self.local_id, queue)
+
+    # ---- kernels ----------------------------------------------------------
+    def binary_for(self, kernel: Kernel) -> Optional[Binary]:
+        """The binary of `kernel`'s image this device runs (None if none fits)."""
+        key = id(kernel.image)
+        if key in self._binaries:
+            return self._binaries[key]
+        found = next((b for b in kernel.image.binaries if self.plugin.is_valid_binary(b)), None)
+        self._binaries[key] = found
+        return found
+
+    def check_binary(self, kernel: Kernel) -> Binary:
+        b = self.binary_for(kernel)
+        if b is None:
+            kinds = ", ".join(x.describe() for x in kernel.image.binaries)
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"no binary for device {self.number} ({self.plugin.name}) in the "
+                               f"image of kernel '{kernel.name}' (it holds: {kinds})")
+        return b
+
+    def launch(self, kernel: Kernel, args: Sequence[Any], teams: Optional[int] = None,
+               threads: Optional[int] = None, queue: Any = None) -> None:
+        self.plugin.launch_kernel(self.local_id, self.check_binary(kernel), kernel.name, args,
+                                  teams, threads, queue)
+
+    def info(self) -> dict:
+        return self.plugin.device_info(self.local_id)
+
+    @property
+    def stats(self) -> dict:
+        return self.generic.stats

@@ -1,0 +1,36 @@
+"""The one error model: OffloadError carrying an ErrorCode (LLVM's names)."""
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Error codes, named as in LLVM offload's ol_errc_t."""
+
+    SUCCESS = 0
+    UNKNOWN = 1
+    INVALID_VALUE = 2
+    INVALID_ARGUMENT = 3
+    OUT_OF_RESOURCES = 4
+    NOT_FOUND = 5
+    UNSUPPORTED = 6
+    INVALID_BINARY = 7
+    INVALID_DEVICE = 8
+    BACKEND_FAILURE = 9
+    UNINITIALIZED = 10
+
+
+class OffloadError(Exception):
+    """Any failure inside the runtime; `code` says which kind."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.code.name}]"
+
+
+def error(code: ErrorCode, message: str) -> OffloadError:
+    return OffloadError(code, message)

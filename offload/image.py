@@ -1,0 +1,296 @@
+"""Device images: ELF inspection with pyelftools, kernel lookup, compile_c.
+
+An `Image` bundles one `Binary` per target; its kernels are attributes
+(`image.add_one`), and a device runs the first binary its plugin accepts.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from .errors import ErrorCode, OffloadError
+
+PROTO_SECTION = ".offload_protos"
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    elf_class: int          # 32 or 64
+    little_endian: bool
+    machine: str            # pyelftools' name, e.g. 'EM_X86_64', 'EM_CUDA', 'EM_AMDGPU'
+    type: str               # 'ET_DYN', 'ET_EXEC', 'ET_REL'
+    flags: int
+    osabi: str
+    abiversion: int
+    functions: frozenset    # defined function symbols
+    objects: frozenset      # defined data symbols (AMDGPU kernel descriptors live here)
+    sections: dict = field(default_factory=dict)   # interesting sections' bytes
+
+    def describe(self) -> str:
+        end = "LSB" if self.little_endian else "MSB"
+        return f"ELF{self.elf_class} {end} {self.machine} {self.type}"
+
+
+def read_elf(data: bytes) -> ElfInfo:
+    """Parse an ELF header and symbol tables; OffloadError(INVALID_BINARY) if not ELF."""
+    if data[:4] != b"\x7fELF":
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"not an ELF image (starts with {bytes(data[:8])!r})")
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        h = elf.header
+        funcs, objs, sections = set(), set(), {}
+        for sec in elf.iter_sections():
+            if sec.name in (PROTO_SECTION, ".note", ".nv.info"):
+                sections[sec.name] = sec.data()
+            if sec["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+                continue
+            for sym in sec.iter_symbols():
+                if sym["st_shndx"] == "SHN_UNDEF" or not sym.name:
+                    continue
+                if sym["st_info"]["bind"] == "STB_LOCAL":
+                    continue
+                kind = sym["st_info"]["type"]
+                if kind in ("STT_FUNC", "STT_GNU_IFUNC"):
+                    funcs.add(sym.name)
+                elif kind == "STT_OBJECT":
+                    objs.add(sym.name)
+        return ElfInfo(elf_class=elf.elfclass, little_endian=elf.little_endian,
+                       machine=h["e_machine"] if isinstance(h["e_machine"], str)
+                       else f"EM_{h['e_machine']}",
+                       type=h["e_type"], flags=h["e_flags"],
+                       osabi=h["e_ident"]["EI_OSABI"], abiversion=h["e_ident"]["EI_ABIVERSION"],
+                       functions=frozenset(funcs), objects=frozenset(objs), sections=sections)
+    except (ELFError, KeyError, ValueError, IndexError) as exc:
+        raise OffloadError(ErrorCode.INVALID_BINARY, f"malformed ELF image: {exc}") from None
+
+
+@dataclass
+class Binary:
+    """One target's code: an ELF file (host .so, cubin, AMDGPU code object) or PTX."""
+
+    data: bytes
+    format: str                          # 'elf' or 'ptx'
+    elf: Optional[ElfInfo]
+    prototypes: dict[str, str]           # kernel name -> C declaration (host kernels)
+    digest: str
+    path: Optional[str] = None           # a file holding `data`, made on demand
+    _path_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, prototypes: Optional[dict[str, str]] = None,
+                   path: Optional[str] = None) -> "Binary":
+        data = bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        if data[:4] == b"\x7fELF":
+            info = read_elf(data)
+            protos = parse_prototype_table(info.sections.get(PROTO_SECTION, b""))
+            protos.update(prototypes or {})
+            return cls(data, "elf", info, protos, digest, path)
+        head = data[:4096].decode("latin-1")
+        if ".version" in head and ".target" in head:
+            return cls(data, "ptx", None, dict(prototypes or {}), digest, path)
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"image is neither ELF nor PTX (starts with {data[:8]!r})")
+
+    def kernel_names(self) -> list[str]:
+        if self.format == "ptx":
+            return re.findall(r"\.entry\s+([\w$]+)", self.data.decode("latin-1"))
+        if self.elf.machine == "EM_AMDGPU":
+            return sorted(n[:-3] for n in self.elf.objects if n.endswith(".kd"))
+        if self.elf.machine == "EM_CUDA":
+            return sorted(self.elf.functions)
+        return sorted(self.prototypes) or sorted(self.elf.functions)
+
+    def file(self, cache_dir: str) -> str:
+        """A path of a file holding the binary (for dlopen-style loaders)."""
+        with self._path_lock:
+            if self.path is None:
+                os.makedirs(cache_dir, exist_ok=True)
+                path = os.path.join(cache_dir, f"img-{self.digest[:32]}.bin")
+                if not os.path.exists(path):
+                    fd, tmp = tempfile.mkstemp(dir=cache_dir)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(self.data)
+                    os.replace(tmp, path)
+                self.path = path
+            return self.path
+
+    def describe(self) -> str:
+        return self.elf.describe() if self.elf else "PTX"
+
+
+class Kernel:
+    """A kernel name in an image; `offload.target(kernel, ...)` runs it."""
+
+    __slots__ = ("image", "name")
+
+    def __init__(self, image: "Image", name: str):
+        self.image = image
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} of {self.image!r}>"
+
+
+class Image:
+    """Binaries for one or more targets; kernels are attributes."""
+
+    def __init__(self, binaries: list[Binary]):
+        if not binaries:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT, "an image needs at least one binary")
+        self.binaries = list(binaries)
+        self._kernels: dict[str, Kernel] = {}
+
+    @classmethod
+    def combine(cls, *images: "Image") -> "Image":
+        """One image holding every binary of `images`: one per target."""
+        return cls([b for im in images for b in im.binaries])
+
+    @property
+    def kernels(self) -> list[str]:
+        names: list[str] = []
+        for b in self.binaries:
+            names += [n for n in b.kernel_names() if n not in names]
+        return names
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        k = self._kernels.get(name)
+        if k is None:
+            if name not in self.kernels:
+                raise OffloadError(ErrorCode.NOT_FOUND,
+                                   f"kernel '{name}' not found in image "
+                                   f"(kernels: {', '.join(self.kernels) or 'none'})")
+            k = self._kernels[name] = Kernel(self, name)
+        return k
+
+    def __repr__(self) -> str:
+        return f"<Image {' + '.join(b.describe() for b in self.binaries)}>"
+
+
+def load_image(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
+               prototypes: Union[None, str, dict[str, str]] = None) -> Image:
+    """An Image from a file path or bytes (ELF or PTX).
+
+    `prototypes` (C declarations, or a dict name -> declaration) types host
+    kernels of a shared object that was not made by compile_c.
+    """
+    if isinstance(prototypes, str):
+        prototypes = c_prototypes(prototypes)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return Image([Binary.from_bytes(bytes(source), prototypes)])
+    path = os.fspath(source)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise OffloadError(ErrorCode.NOT_FOUND, f"cannot read image {path!r}: {exc}") from None
+    return Image([Binary.from_bytes(data, prototypes, path=os.path.abspath(path))])
+
+
+# ---- C prototypes ---------------------------------------------------------
+_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_STRINGS = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+
+
+def c_prototypes(source: str) -> dict[str, str]:
+    """Declarations of the externally visible functions defined or declared in C source."""
+    text = _STRINGS.sub('""', _COMMENTS.sub(" ", source))
+    text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    out: dict[str, str] = {}
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            if depth == 0:
+                _add_prototype(out, text[start:i])
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                start = i + 1
+        elif ch == ";" and depth == 0:
+            head = text[start:i]
+            if "(" in head and "=" not in head:
+                _add_prototype(out, head)
+            start = i + 1
+    return out
+
+
+def _add_prototype(out: dict[str, str], head: str) -> None:
+    head = " ".join(head.split())
+    if not head.endswith(")") or "(" not in head:
+        return
+    words = head.split("(")[0].split()
+    if not words or words[0] in ("static", "typedef", "inline") or "static" in words:
+        return
+    m = re.search(r"([A-Za-z_]\w*)\s*\($", head.split("(")[0] + "(")
+    if m:
+        out[m.group(1)] = head.replace("extern ", "") + ";"
+
+
+def format_prototype_table(protos: dict[str, str]) -> str:
+    return "".join(f"{k}\t{v}\n" for k, v in protos.items())
+
+
+def parse_prototype_table(raw: bytes) -> dict[str, str]:
+    text = raw.rstrip(b"\0").decode("utf-8", "replace")
+    out = {}
+    for line in text.splitlines():
+        if "\t" in line:
+            name, decl = line.split("\t", 1)
+            out[name] = decl
+    return out
+
+
+# ---- compile_c --------------------------------------------------------------
+_compile_lock = threading.Lock()
+
+
+def compile_c(source: str, *, flags: tuple[str, ...] = ("-O2",), cc: Optional[str] = None,
+              cache_dir: Optional[str] = None) -> Image:
+    """Compile C source into a host image (a shared object), cached by content hash.
+
+    The prototypes of its external functions travel inside the ELF file, in
+    section .offload_protos, so `load_image` of the result knows the C types.
+    """
+    from . import config as _config
+    cfg = _config.read()
+    cc = cc or cfg.cc
+    cache_dir = cache_dir or cfg.cache_dir
+    protos = c_prototypes(source)
+    table = format_prototype_table(protos).replace("\\", "\\\\").replace('"', '\\"')
+    table = table.replace("\n", "\\n").replace("\t", "\\t")
+    full = (source + "\n__attribute__((used, section(\"" + PROTO_SECTION + "\"))) "
+            "static const char offload_prototype_table_[] = \"" + table + "\";\n")
+    key = hashlib.sha256("\0".join((cc, " ".join(flags), full)).encode()).hexdigest()[:32]
+    os.makedirs(cache_dir, exist_ok=True)
+    out = os.path.join(cache_dir, f"k-{key}.so")
+    with _compile_lock:
+        if not os.path.exists(out):
+            src = os.path.join(cache_dir, f"k-{key}.c")
+            with open(src, "w") as f:
+                f.write(full)
+            tmp = out + f".{os.getpid()}.tmp"
+            cmd = [cc, "-shared", "-fPIC", *flags, "-o", tmp, src]
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True)
+            except OSError as exc:
+                raise OffloadError(ErrorCode.UNSUPPORTED,
+                                   f"C compiler {cc!r} not runnable: {exc}") from None
+            if res.returncode != 0:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"compile_c failed ({' '.join(cmd)}):\n{res.stderr.strip()}")
+            os.replace(tmp, out)
+    return load_image(out)

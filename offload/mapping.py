@@ -1,0 +1,379 @@
+"""Map clauses and the per-device mapping table (libomptarget's HostDataToTarget).
+
+target_data_begin / target_data_end / target_data_update follow LLVM's rules
+(SEMANTICS.md §2). Begin is all or nothing.
+"""
+from __future__ import annotations
+
+import bisect
+import enum
+import math
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from .config import Info
+from .errors import ErrorCode, OffloadError
+from .plugins.common import AllocKind, GenericPlugin
+
+INF = math.inf
+
+
+class MapType(enum.IntFlag):
+    """LLVM's tgt_map_type bit values."""
+
+    NONE = 0
+    TO = 0x1
+    FROM = 0x2
+    ALWAYS = 0x4
+    DELETE = 0x8
+    PTR_AND_OBJ = 0x10
+    TARGET_PARAM = 0x20
+    RETURN_PARAM = 0x40
+    PRIVATE = 0x80
+    LITERAL = 0x100
+    IMPLICIT = 0x200
+    CLOSE = 0x400
+    PRESENT = 0x1000
+    OMPX_HOLD = 0x2000
+
+
+@dataclass
+class MapItem:
+    """One map clause, reduced to addresses at the API edge."""
+
+    host: int
+    size: int
+    type: MapType
+    owner: Any = None
+    name: str = "unknown"
+    read_only: bool = False
+
+
+class HostDataToTarget:
+    """One mapping: host range -> device range, with dynamic and hold counts."""
+
+    __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
+                 "pinned", "owned", "ready")
+
+    def __init__(self, hst: int, size: int, tgt: int, name: str, owner: Any,
+                 owned: bool = True):
+        self.hst_begin = hst
+        self.hst_end = hst + size
+        self.tgt_begin = tgt
+        self.dyn: float = 0
+        self.hold: float = 0
+        self.owner = owner
+        self.name = name
+        self.pinned = False
+        self.owned = owned
+        self.ready: Optional[threading.Event] = None
+
+    @property
+    def size(self) -> int:
+        return self.hst_end - self.hst_begin
+
+    def total(self) -> float:
+        return self.dyn + self.hold
+
+    def __repr__(self) -> str:
+        return (f"HostDataToTarget(0x{self.hst_begin:x}+{self.size} -> 0x{self.tgt_begin:x}, "
+                f"dyn={self.dyn}, hold={self.hold})")
+
+
+def _count(v: float) -> str:
+    return "INF" if v == INF else str(int(v))
+
+
+class MappingTable:
+    """Sorted, non-overlapping mappings of one device; O(log n) lookup."""
+
+    def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
+        self.plugin = plugin
+        self.device = device          # plugin-local id
+        self.number = number          # global device number, for messages
+        self.info = info
+        self._lock = threading.Lock()
+        self._starts: list[int] = []
+        self._entries: list[HostDataToTarget] = []
+
+    # ---- table ------------------------------------------------------------
+    def _say(self, bit: Info, msg: str) -> None:
+        if self.info & bit:
+            print(f"omptarget device {self.number} info: {msg}", file=sys.stderr)
+
+    def _find(self, p: int, n: int) -> tuple[Optional[HostDataToTarget], bool]:
+        """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
+        starts = self._starts
+        i = bisect.bisect_right(starts, p) - 1
+        if i >= 0:
+            e = self._entries[i]
+            if p < e.hst_end or (n == 0 and p == e.hst_end):
+                return e, p + n <= e.hst_end
+        j = i + 1
+        if j < len(starts) and starts[j] < p + n:
+            return self._entries[j], False
+        return None, False
+
+    def lookup(self, p: int, n: int = 1) -> Optional[HostDataToTarget]:
+        """The entry containing [p, p+n), or None."""
+        with self._lock:
+            e, inside = self._find(p, n)
+            return e if inside else None
+
+    def overlapping(self, p: int, n: int) -> Optional[HostDataToTarget]:
+        """The first entry sharing a byte with [p, p+n)."""
+        with self._lock:
+            return self._find(p, max(n, 1))[0]
+
+    def _insert(self, e: HostDataToTarget) -> None:
+        i = bisect.bisect_left(self._starts, e.hst_begin)
+        self._starts.insert(i, e.hst_begin)
+        self._entries.insert(i, e)
+
+    def _remove(self, e: HostDataToTarget) -> None:
+        i = bisect.bisect_left(self._starts, e.hst_begin)
+        if i < len(self._entries) and self._entries[i] is e:
+            del self._starts[i]
+            del self._entries[i]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[HostDataToTarget]:
+        with self._lock:
+            return list(self._entries)
+
+    def dump(self) -> str:
+        lines = [f"omptarget device {self.number} info: OpenMP Host-Device pointer mappings "
+                 f"after block", "omptarget device info: Host Ptr           Target Ptr         "
+                 "Size (B) DynRefCount HoldRefCount Declaration"]
+        for e in self.entries():
+            lines.append(f"omptarget device info: 0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} "
+                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} {e.name}")
+        return "\n".join(lines)
+
+    # ---- begin ------------------------------------------------------------
+    def target_data_begin(self, items: Sequence[MapItem], queue: Any = None) -> list[int]:
+        """Map every item (all or nothing); return each item's device address."""
+        for it in items:
+            if it.read_only and it.type & MapType.FROM:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"cannot map read-only memory '{it.name}' at 0x{it.host:x} "
+                                   f"from the device (map type {it.type!r})")
+        done: list[tuple[MapItem, HostDataToTarget]] = []
+        out = []
+        try:
+            for it in items:
+                tgt, e = self._begin_one(it, queue)
+                out.append(tgt)
+                if e is not None:
+                    done.append((it, e))
+        except BaseException:
+            for it, e in reversed(done):
+                self._undo(it, e)
+            raise
+        return out
+
+    def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, Optional[HostDataToTarget]]:
+        p, n, t = it.host, it.size, it.type
+        hold = bool(t & MapType.OMPX_HOLD)
+        with self._lock:
+            e, inside = self._find(p, n)
+            if e is not None and (inside or t & MapType.IMPLICIT):
+                if hold:
+                    e.hold += 1
+                else:
+                    e.dyn += 1
+                new = False
+                self._say(Info.MAPPING_EXISTS,
+                          f"Mapping exists{' (implicit)' if t & MapType.IMPLICIT else ''} with "
+                          f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:x}"
+                          f", Size={n}, DynRefCount={_count(e.dyn)}, "
+                          f"HoldRefCount={_count(e.hold)}, Name={it.name}")
+            elif e is not None:
+                raise OffloadError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"explicit extension not allowed: host address specified is 0x{p:x} "
+                    f"({n} bytes), but device allocation maps to host at 0x{e.hst_begin:x} "
+                    f"({e.size} bytes)")
+            elif t & MapType.PRESENT:
+                raise OffloadError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"device mapping required by 'present' map type modifier does not exist "
+                    f"for host address 0x{p:x} ({n} bytes)")
+            elif n == 0:
+                return 0, None
+            else:
+                tgt = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
+                e = HostDataToTarget(p, n, tgt, it.name, it.owner)
+                if hold:
+                    e.hold = 1
+                else:
+                    e.dyn = 1
+                e.ready = threading.Event()
+                self._insert(e)
+                new = True
+                self._say(Info.MAPPING_CHANGED,
+                          f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
+                          f"TgtAllocBegin=0x{tgt:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
+                          f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                          f"Name={it.name}")
+        tgt = e.tgt_begin + (p - e.hst_begin)
+        if new:
+            try:
+                e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
+                                                          it.read_only) is not None
+                if t & MapType.TO:
+                    self._copy_to(p, tgt, n, it.name, queue)
+            except BaseException:
+                with self._lock:
+                    self._remove(e)
+                self._release(e)
+                e.ready.set()
+                raise
+            e.ready.set()
+        else:
+            if e.ready is not None and not e.ready.is_set():
+                e.ready.wait()
+            if t & MapType.TO and t & MapType.ALWAYS and n > 0:
+                self._copy_to(p, tgt, n, it.name, queue)
+        return tgt, e
+
+    def _copy_to(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
+        self._say(Info.DATA_TRANSFER, f"Copying data from host to device, HstPtr=0x{p:x}, "
+                                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name}")
+        self.plugin.data_submit(self.device, tgt, p, n, queue)
+
+    def _copy_from(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
+        self._say(Info.DATA_TRANSFER, f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
+                                      f"HstPtr=0x{p:x}, Size={n}, Name={name}")
+        self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+
+    def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
+        """Take back the reference `it` took on `e` (no copies)."""
+        with self._lock:
+            if it.type & MapType.OMPX_HOLD:
+                e.hold -= 1
+            else:
+                e.dyn -= 1
+            gone = e.total() == 0
+            if gone:
+                self._remove(e)
+        if gone:
+            self._release(e)
+
+    def _release(self, e: HostDataToTarget) -> None:
+        """Free a removed entry's device memory and pin reference."""
+        try:
+            if e.owned:
+                self.plugin.data_delete(self.device, e.tgt_begin, AllocKind.DEVICE)
+        finally:
+            if e.pinned:
+                e.pinned = False
+                self.plugin.data_notify_unmapped(self.device, e.hst_begin)
+            e.owner = None
+
+    # ---- end --------------------------------------------------------------
+    def target_data_end(self, items: Sequence[MapItem], queue: Any = None,
+                        copy_back: bool = True) -> None:
+        """Unmap every item (in reverse order); copy back per LLVM's rules."""
+        gone: list[HostDataToTarget] = []
+        error: Optional[OffloadError] = None
+        for it in reversed(items):
+            p, n, t = it.host, it.size, it.type
+            with self._lock:
+                e, inside = self._find(p, n)
+                if e is None or not (inside or t & MapType.IMPLICIT):
+                    if t & MapType.PRESENT and error is None:
+                        error = OffloadError(
+                            ErrorCode.INVALID_ARGUMENT,
+                            f"device mapping required by 'present' map type modifier does not "
+                            f"exist for host address 0x{p:x} ({n} bytes)")
+                    continue
+                if t & MapType.DELETE:
+                    if e.dyn != INF:
+                        e.dyn = 0
+                elif t & MapType.OMPX_HOLD:
+                    e.hold = max(0, e.hold - 1)
+                elif e.dyn != INF:
+                    e.dyn = max(0, e.dyn - 1)
+                last = e.total() == 0
+                if last:
+                    self._remove(e)
+                    gone.append(e)
+                    self._say(Info.MAPPING_CHANGED,
+                              f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
+                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name}")
+                else:
+                    self._say(Info.MAPPING_EXISTS,
+                              f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
+                              f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
+                              f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                              f"Name={it.name}")
+            if copy_back and t & MapType.FROM and (t & MapType.ALWAYS or last) and n > 0:
+                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
+        if gone:
+            if queue is not None:
+                self.plugin.synchronize(self.device, queue)
+            for e in gone:
+                self._release(e)
+        if error is not None:
+            raise error
+
+    # ---- update -----------------------------------------------------------
+    def target_data_update(self, items: Sequence[MapItem], queue: Any = None) -> None:
+        """Copy present items TO and/or FROM the device; absent ones are skipped."""
+        for it in items:
+            p, n, t = it.host, it.size, it.type
+            if it.read_only and t & MapType.FROM:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"cannot update read-only memory '{it.name}' at 0x{p:x} "
+                                   f"from the device")
+            e = self.lookup(p, n) if n > 0 else None
+            if e is None:
+                if t & MapType.PRESENT:
+                    raise OffloadError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"device mapping required by 'present' motion modifier does not exist "
+                        f"for host address 0x{p:x} ({n} bytes)")
+                continue
+            tgt = e.tgt_begin + (p - e.hst_begin)
+            if t & MapType.TO:
+                self._copy_to(p, tgt, n, it.name, queue)
+            if t & MapType.FROM:
+                self._copy_from(p, tgt, n, it.name, queue)
+
+    # ---- omp_target_associate_ptr -------------------------------------------
+    def associate(self, p: int, tgt: int, n: int) -> None:
+        with self._lock:
+            e, inside = self._find(p, n)
+            if e is not None:
+                if inside and e.tgt_begin + (p - e.hst_begin) == tgt:
+                    return
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"host address 0x{p:x} ({n} bytes) is already mapped to "
+                                   f"0x{e.tgt_begin + p - e.hst_begin:x}")
+            e = HostDataToTarget(p, n, tgt, "associated", None, owned=False)
+            e.dyn = INF
+            self._insert(e)
+
+    def disassociate(self, p: int) -> None:
+        with self._lock:
+            e, _ = self._find(p, 0)
+            if e is None or e.hst_begin != p:
+                raise OffloadError(ErrorCode.NOT_FOUND,
+                                   f"association not found for host address 0x{p:x}")
+            if e.dyn != INF or e.owned:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"trying to disassociate 0x{p:x}, which was not mapped via "
+                                   f"omp_target_associate_ptr")
+            if e.hold:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"trying to disassociate 0x{p:x}, which has a hold reference")
+            self._remove(e)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._starts, self._entries = [], []

@@ -1,0 +1,140 @@
+"""PluginManager: plugin discovery, the lock-protected device list, images."""
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Optional
+
+from .config import Config, TargetOffload
+from .device import Device
+from .errors import ErrorCode, OffloadError
+from .plugins.common import GenericPlugin
+
+ENTRY_POINT_GROUP = "offload.plugins"
+BUILTIN = {
+    "cuda": "offload.plugins.cuda:CUDAPlugin",
+    "amdgpu": "offload.plugins.amdgpu:AMDGPUPlugin",
+    "host": "offload.plugins.host:HostPlugin",
+}
+
+
+@dataclass
+class PluginRecord:
+    name: str
+    plugin: Optional[GenericPlugin]
+    reason: str = ""           # why it has no devices (or failed to load)
+    num_devices: int = 0
+
+
+def _load_class(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def discover() -> dict[str, str]:
+    """Plugin name -> 'module:Class', built-ins plus the entry-point group."""
+    found = dict(BUILTIN)
+    try:
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            found[ep.name] = ep.value
+    except Exception:               # a broken distribution must not break import
+        pass
+    return found
+
+
+class PluginManager:
+    """Loads plugins and numbers their devices: GPUs first, host last."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.records: list[PluginRecord] = []
+        self._lock = threading.Lock()
+        self._devices: list[tuple[GenericPlugin, int]] = []
+        self._device_objects: dict[int, Device] = {}
+        self._shut = False
+        self._load_plugins()
+
+    def _load_plugins(self) -> None:
+        available = discover()
+        loaded = []
+        names = self.config.plugins or list(available)
+        for name in names:
+            target = available.get(name)
+            if target is None:
+                self.records.append(PluginRecord(name, None, f"unknown plugin (known: "
+                                                 f"{', '.join(available)})"))
+                continue
+            try:
+                plugin = _load_class(target)(self.config)
+            except Exception as exc:      # a plugin never breaks the runtime
+                self.records.append(PluginRecord(name, None, f"failed to load: {exc}"))
+                continue
+            loaded.append(plugin)
+        if self.config.plugins is None:
+            loaded.sort(key=lambda p: p.priority)
+        for plugin in loaded:
+            rec = PluginRecord(plugin.name, plugin)
+            if self.config.target_offload is TargetOffload.DISABLED:
+                rec.reason = "OMP_TARGET_OFFLOAD=disabled"
+            else:
+                rec.num_devices = plugin.number_of_devices()
+                rec.reason = plugin.reason if rec.num_devices == 0 else ""
+                self._devices += [(plugin, d) for d in range(rec.num_devices)]
+            self.records.append(rec)
+
+    @property
+    def plugins(self) -> list[GenericPlugin]:
+        return [r.plugin for r in self.records if r.plugin is not None]
+
+    def num_devices(self) -> int:
+        return len(self._devices)
+
+    def get_device(self, n: int) -> Device:
+        """The Device for global number n; the list lock is held until we have it."""
+        with self._lock:
+            dev = self._device_objects.get(n)
+            if dev is not None:
+                return dev
+            if self._shut:
+                raise OffloadError(ErrorCode.UNINITIALIZED, "the offload runtime was shut down")
+            if not (isinstance(n, int) and 0 <= n < len(self._devices)):
+                raise OffloadError(ErrorCode.INVALID_VALUE,
+                                   f"device number '{n}' out of range, only "
+                                   f"{len(self._devices)} devices available")
+            plugin, local = self._devices[n]
+            plugin.init_device(local)
+            dev = self._device_objects[n] = Device(n, plugin, local, self.config)
+            return dev
+
+    def initialized(self) -> list[Device]:
+        with self._lock:
+            return list(self._device_objects.values())
+
+    @property
+    def is_shut(self) -> bool:
+        return self._shut
+
+    def shutdown(self) -> None:
+        """Tear every plugin down once, in SEMANTICS.md §3's order."""
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
+            devices = list(self._device_objects.values())
+        for dev in devices:
+            dev.table.clear()
+        for plugin in self.plugins:
+            try:
+                plugin.deinit()
+            except Exception:
+                pass
+
+    def forget(self) -> None:
+        """In a fork child: drop everything without touching a driver."""
+        for plugin in self.plugins:
+            plugin.forget()
+        self._devices = []
+        self._device_objects = {}
+        self._shut = True

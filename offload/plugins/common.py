@@ -1,0 +1,332 @@
+"""GenericPlugin / GenericDevice: the plugin table, implemented once.
+
+A vendor plugin subclasses both and fills in the `_*_impl` hooks. Reference
+counting, overlap rules, splitting a transfer at pinned boundaries and the
+choice of transfer path live here, never in a vendor file.
+"""
+from __future__ import annotations
+
+import enum
+import threading
+from typing import Any, Optional, Sequence
+
+from ..config import Config
+from ..errors import ErrorCode, OffloadError
+from ..image import Binary
+from ..pinned import Kind, PinnedMap
+
+
+class AllocKind(enum.Enum):
+    DEVICE = "device"
+    HOST = "host"        # pinned host memory (llvm_omp_target_alloc_host)
+    SHARED = "shared"    # managed memory (llvm_omp_target_alloc_shared)
+
+
+class GenericDevice:
+    """One device of a plugin: allocations, loaded images, queues."""
+
+    def __init__(self, plugin: "GenericPlugin", local_id: int):
+        self.plugin = plugin
+        self.id = local_id
+        self._allocs: dict[int, tuple[int, AllocKind]] = {}
+        self._lock = threading.Lock()
+        self._loaded: dict[str, Any] = {}
+        self._queues: list[Any] = []
+        self._all_queues: list[Any] = []
+        #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
+        self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
+
+    # ---- vendor hooks -----------------------------------------------------
+    def _init_impl(self) -> None: ...
+    def _deinit_impl(self) -> None: ...
+    def _alloc_impl(self, size: int, kind: AllocKind) -> int: raise NotImplementedError
+    def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None: raise NotImplementedError
+
+    def _submit_impl(self, tgt: int, host: int, size: int, queue: Any,
+                     pinned: Optional[int]) -> None:
+        """Host -> device. `pinned` is the device-accessible address of `host` if pinned."""
+        raise NotImplementedError
+
+    def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
+                       pinned: Optional[int]) -> None:
+        raise NotImplementedError
+
+    def _exchange_impl(self, src: int, dst_device: "GenericDevice", dst: int, size: int,
+                       queue: Any) -> bool:
+        """Device -> device; False when this pair needs the host in between."""
+        return False
+
+    def _load_impl(self, binary: Binary) -> Any: raise NotImplementedError
+
+    def _launch_impl(self, program: Any, binary: Binary, name: str, args: Sequence[Any],
+                     teams: Optional[int], threads: Optional[int], queue: Any) -> None:
+        raise NotImplementedError
+
+    def _create_queue_impl(self) -> Any: return None
+    def _destroy_queue_impl(self, queue: Any) -> None: ...
+    def _sync_impl(self, queue: Any) -> None: ...
+    def _query_impl(self, queue: Any) -> bool: return True
+    def _info_impl(self) -> dict: return {}
+    def _is_accessible_impl(self, host: int, size: int) -> bool: return False
+
+    # ---- queues -----------------------------------------------------------
+    def get_queue(self) -> Any:
+        with self._lock:
+            if self._queues:
+                return self._queues.pop()
+        q = self._create_queue_impl()
+        with self._lock:
+            self._all_queues.append(q)
+        return q
+
+    def release_queue(self, queue: Any) -> None:
+        with self._lock:
+            self._queues.append(queue)
+
+    # ---- allocations ------------------------------------------------------
+    def alloc(self, size: int, kind: AllocKind) -> int:
+        if size <= 0:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"cannot allocate {size} bytes: size must be positive")
+        addr = self._alloc_impl(size, kind)
+        with self._lock:
+            self._allocs[addr] = (size, kind)
+        return addr
+
+    def free(self, addr: int, kind: Optional[AllocKind] = None) -> int:
+        with self._lock:
+            rec = self._allocs.get(addr)
+            if rec is None or (kind is not None and rec[1] is not kind):
+                what = f" with kind {kind.value}" if kind else ""
+                raise OffloadError(ErrorCode.NOT_FOUND,
+                                   f"0x{addr:x} is not memory allocated{what} on device "
+                                   f"{self.id} of plugin {self.plugin.name}")
+            del self._allocs[addr]
+        self._free_impl(addr, rec[0], rec[1])
+        return rec[0]
+
+    def allocation(self, addr: int) -> Optional[tuple[int, AllocKind]]:
+        return self._allocs.get(addr)
+
+    # ---- images -----------------------------------------------------------
+    def load(self, binary: Binary) -> Any:
+        prog = self._loaded.get(binary.digest)
+        if prog is None:
+            prog = self._load_impl(binary)
+            with self._lock:
+                prog = self._loaded.setdefault(binary.digest, prog)
+        return prog
+
+    def shutdown(self) -> None:
+        """Drain the queues and free what is left, in SEMANTICS.md §3's order."""
+        for q in list(self._all_queues):
+            self._sync_impl(q)
+        with self._lock:
+            allocs, self._allocs = self._allocs, {}
+        for addr, (size, kind) in allocs.items():
+            if kind is not AllocKind.HOST:
+                self._free_impl(addr, size, kind)
+        self._host_allocs_at_shutdown = {a: r for a, r in allocs.items()
+                                         if r[1] is AllocKind.HOST}
+
+
+class GenericPlugin:
+    """The plugin table (DESIGN.md §3); vendors override the hooks."""
+
+    name = "generic"
+    #: plugins are ordered by priority, lowest first: GPUs before the host
+    priority = 50
+    device_class = GenericDevice
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.pinned = PinnedMap()
+        self.reason = ""               # why this plugin has no devices
+        self._devices: list[Optional[GenericDevice]] = []
+        self._lock = threading.Lock()
+        self._count: Optional[int] = None
+
+    # ---- vendor hooks -----------------------------------------------------
+    def _init_impl(self) -> int:
+        """Load the driver; return the number of devices (raise to say why none)."""
+        return 0
+
+    def _deinit_impl(self) -> None: ...
+
+    def _is_valid_binary_impl(self, binary: Binary) -> bool: return False
+
+    def _lock_impl(self, device: int, host: int, size: int, first: bool,
+                   read_only: bool) -> int:
+        raise OffloadError(ErrorCode.UNSUPPORTED, f"plugin {self.name} cannot pin memory")
+
+    def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None: ...
+
+    def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+        return None
+
+    # ---- PinDriver, for PinnedMap -----------------------------------------
+    def pin(self, device: int, host: int, size: int, first: bool, read_only: bool) -> int:
+        return self._lock_impl(device, host, size, first, read_only)
+
+    def unpin(self, device: int, host: int, size: int, last: bool) -> None:
+        self._unlock_impl(device, host, size, last)
+
+    def query(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+        return self._is_pinned_impl(host, size)
+
+    # ---- the table --------------------------------------------------------
+    def number_of_devices(self) -> int:
+        if self._count is None:
+            with self._lock:
+                if self._count is None:
+                    try:
+                        n = self._init_impl()
+                    except OffloadError as exc:
+                        self.reason = str(exc)
+                        n = 0
+                    except OSError as exc:
+                        self.reason = f"driver library not loadable: {exc}"
+                        n = 0
+                    self._devices = [None] * n
+                    self._count = n
+        return self._count
+
+    def init_device(self, d: int) -> GenericDevice:
+        dev = self._devices[d] if d < len(self._devices) else None
+        if dev is not None:
+            return dev
+        if not 0 <= d < self.number_of_devices():
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"plugin {self.name} has no device {d}")
+        with self._lock:
+            dev = self._devices[d]
+            if dev is None:
+                dev = self.device_class(self, d)
+                dev._init_impl()
+                self._devices[d] = dev
+        return dev
+
+    device = init_device
+
+    def initialized_devices(self) -> list[GenericDevice]:
+        return [d for d in self._devices if d is not None]
+
+    def is_valid_binary(self, binary: Binary) -> bool:
+        return self._is_valid_binary_impl(binary)
+
+    def load_binary(self, d: int, binary: Binary) -> Any:
+        return self.device(d).load(binary)
+
+    def data_alloc(self, d: int, size: int, kind: AllocKind = AllocKind.DEVICE) -> int:
+        dev = self.device(d)
+        addr = dev.alloc(size, kind)
+        if kind is AllocKind.HOST:
+            try:
+                self.pinned.insert_allocated(addr, size, d, self._host_alloc_address(d, addr))
+            except BaseException:
+                dev.free(addr)
+                raise
+        return addr
+
+    def _host_alloc_address(self, d: int, addr: int) -> int:
+        """Device-accessible address of memory from _alloc_impl(HOST)."""
+        return addr
+
+    def data_delete(self, d: int, addr: int, kind: AllocKind = AllocKind.DEVICE) -> None:
+        dev = self.device(d)
+        if kind is AllocKind.HOST and dev.allocation(addr) is not None:
+            self.pinned.remove_allocated(addr)
+        dev.free(addr, kind)
+
+    def data_submit(self, d: int, tgt: int, host: int, size: int, queue: Any = None) -> None:
+        dev = self.device(d)
+        stats = dev.stats
+        for off, n, via in self.pinned.translate(host, size, d):
+            dev._submit_impl(tgt + off, host + off, n, queue, via)
+            stats["to unpinned" if via is None else "to pinned"] += n
+
+    def data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any = None) -> None:
+        dev = self.device(d)
+        stats = dev.stats
+        for off, n, via in self.pinned.translate(host, size, d):
+            dev._retrieve_impl(host + off, tgt + off, n, queue, via)
+            stats["from unpinned" if via is None else "from pinned"] += n
+
+    def data_exchange(self, src_d: int, src: int, dst_plugin: "GenericPlugin", dst_d: int,
+                      dst: int, size: int, queue: Any = None) -> bool:
+        return self.device(src_d)._exchange_impl(src, dst_plugin.device(dst_d), dst, size,
+                                                 queue)
+
+    def data_lock(self, d: int, host: int, size: int, owner: Any = None,
+                  read_only: bool = False) -> int:
+        return self.pinned.acquire(self, host, size, d, kind=Kind.USER, owner=owner,
+                                   read_only=read_only)
+
+    def data_unlock(self, d: int, host: int) -> None:
+        self.pinned.release(self, host, d)
+
+    def data_notify_mapped(self, d: int, host: int, size: int, owner: Any = None,
+                           read_only: bool = False) -> Optional[int]:
+        """A new mapping of [host, host+size): take a reference on a pinned entry
+        containing it, or pin it per LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS.
+        Returns the device-accessible address, or None when it stays unpinned."""
+        from ..config import LockMapped
+        mode = self.config.lock_mapped
+        if size <= 0:
+            return None
+        try:
+            return self.pinned.acquire(self, host, size, d, kind=Kind.MAPPED, owner=owner,
+                                       read_only=read_only, create=mode is not LockMapped.OFF,
+                                       partial_ok=True)
+        except OffloadError:
+            if mode is LockMapped.MANDATORY:
+                raise
+            return None
+
+    def data_notify_unmapped(self, d: int, host: int) -> None:
+        self.pinned.release(self, host, d, what="mapped pinned buffer")
+
+    def launch_kernel(self, d: int, binary: Binary, name: str, args: Sequence[Any],
+                      teams: Optional[int] = None, threads: Optional[int] = None,
+                      queue: Any = None) -> None:
+        dev = self.device(d)
+        dev._launch_impl(dev.load(binary), binary, name, args, teams, threads, queue)
+
+    def synchronize(self, d: int, queue: Any) -> None:
+        self.device(d)._sync_impl(queue)
+
+    def query_async(self, d: int, queue: Any) -> bool:
+        return self.device(d)._query_impl(queue)
+
+    def device_info(self, d: int) -> dict:
+        return self.device(d)._info_impl()
+
+    def is_accessible(self, d: int, host: int, size: int) -> bool:
+        return self.device(d)._is_accessible_impl(host, size)
+
+    # ---- teardown ---------------------------------------------------------
+    def deinit(self) -> None:
+        """Drain queues, free device memory, unpin what we pinned, release contexts."""
+        devices = self.initialized_devices()
+        for dev in devices:
+            dev.shutdown()
+        for e in self.pinned.clear():
+            if e.kind in (Kind.EXTERNAL, Kind.ALLOC_HOST):   # freed below, or not ours
+                continue
+            devs = list(e.count)
+            for i, d in enumerate(devs):
+                try:
+                    self._unlock_impl(d, e.host, e.size, last=(i == len(devs) - 1))
+                except OffloadError:
+                    pass
+        for dev in devices:
+            for addr, (size, kind) in getattr(dev, "_host_allocs_at_shutdown", {}).items():
+                dev._free_impl(addr, size, kind)
+            dev._deinit_impl()
+        self._deinit_impl()
+
+    def forget(self) -> None:
+        """After fork(): drop every record without a driver call."""
+        self.pinned = PinnedMap()
+        self._devices = []
+        self._count = None

@@ -1,0 +1,271 @@
+"""The host plugin: this CPU as an offload device, the default that always works.
+
+Device memory is malloc'd through cffi (never mlocked); copies are memmove;
+images are ELF shared objects for this CPU, loaded with cffi and called with
+their C prototypes' types. Pinning is real mlock/munlock.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import threading
+from typing import Any, Optional, Sequence
+
+import cffi
+
+from ..errors import ErrorCode, OffloadError
+from ..image import Binary
+from .common import AllocKind, GenericDevice, GenericPlugin
+
+_ffi = cffi.FFI()
+_ffi.cdef("""
+    void *malloc(size_t);
+    void free(void *);
+    int posix_memalign(void **, size_t, size_t);
+    void *memmove(void *, const void *, size_t);
+    int mlock(const void *, size_t);
+    int munlock(const void *, size_t);
+    char *strerror(int);
+""")
+_libc = _ffi.dlopen(None)
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# platform.machine() -> the e_machine of images this host runs
+_MACHINES = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64",
+             "arm64": "EM_AARCH64", "ppc64le": "EM_PPC64", "riscv64": "EM_RISCV",
+             "s390x": "EM_S390"}
+HOST_MACHINE = _MACHINES.get(platform.machine().lower(), "EM_" + platform.machine().upper())
+
+
+def memmove(dst: int, src: int, size: int) -> None:
+    """memmove between two integer addresses (the GIL is released)."""
+    _libc.memmove(_ffi.cast("void *", dst), _ffi.cast("void *", src), size)
+
+
+def _errno_text(err: int) -> str:
+    return _ffi.string(_libc.strerror(err)).decode()
+
+
+def _memlock_limit() -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft} bytes"
+
+
+class _PageLocks:
+    """mlock/munlock with counts for pages that two entries may share.
+
+    Entries never overlap, so only an entry's first and last page can be
+    shared; interior pages belong to one entry and need no count.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._refs: dict[int, int] = {}
+
+    @staticmethod
+    def _span(host: int, size: int) -> tuple[int, int, list[int]]:
+        lo = host - host % PAGE
+        hi = -(-(host + size) // PAGE) * PAGE
+        edges = [lo] if hi - lo == PAGE else [lo, hi - PAGE]
+        return lo, hi, edges
+
+    @staticmethod
+    def _call(fn, addr: int, size: int) -> None:
+        if size and fn(_ffi.cast("void *", addr), size) != 0:
+            err = _ffi.errno
+            name = "mlock" if fn is _libc.mlock else "munlock"
+            code = ErrorCode.OUT_OF_RESOURCES if name == "mlock" else ErrorCode.BACKEND_FAILURE
+            raise OffloadError(code, f"{name}(0x{addr:x}, {size}) failed: {_errno_text(err)} "
+                                     f"(RLIMIT_MEMLOCK is {_memlock_limit()})")
+
+    def lock(self, host: int, size: int) -> None:
+        lo, hi, edges = self._span(host, size)
+        taken = []
+        try:
+            with self._lock:
+                for p in edges:
+                    if self._refs.get(p, 0) == 0:
+                        self._call(_libc.mlock, p, PAGE)
+                    self._refs[p] = self._refs.get(p, 0) + 1
+                    taken.append(p)
+            self._call(_libc.mlock, lo + PAGE, max(0, hi - lo - 2 * PAGE))
+        except OffloadError:
+            self._drop(taken)
+            raise
+
+    def unlock(self, host: int, size: int) -> None:
+        lo, hi, edges = self._span(host, size)
+        self._call(_libc.munlock, lo + PAGE, max(0, hi - lo - 2 * PAGE))
+        self._drop(edges)
+
+    def _drop(self, pages: list[int]) -> None:
+        with self._lock:
+            for p in pages:
+                n = self._refs[p] - 1
+                if n == 0:
+                    del self._refs[p]
+                    self._call(_libc.munlock, p, PAGE)
+                else:
+                    self._refs[p] = n
+
+
+class _Program:
+    """A loaded host shared object: its cffi library and per-kernel signatures."""
+
+    def __init__(self, binary: Binary, path: str):
+        self.ffi = cffi.FFI()
+        self.errors: dict[str, str] = {}
+        for name, decl in binary.prototypes.items():
+            try:
+                self.ffi.cdef(decl, override=True)
+            except cffi.CDefError as exc:
+                self.errors[name] = f"{decl!r}: {exc}"
+        self.lib = self.ffi.dlopen(path)
+        self.functions: dict[str, tuple[Any, list]] = {}
+
+    def function(self, binary: Binary, name: str) -> tuple[Any, list]:
+        f = self.functions.get(name)
+        if f is not None:
+            return f
+        if name in self.errors:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"cannot type kernel '{name}': {self.errors[name]}")
+        if name not in binary.prototypes:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"no C prototype for kernel '{name}' in this host image "
+                               f"(known: {', '.join(binary.prototypes) or 'none'}); "
+                               f"pass prototypes= to load_image")
+        try:
+            fn = getattr(self.lib, name)
+        except AttributeError:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"kernel '{name}' is not defined in the image") from None
+        params = []
+        for t in self.ffi.typeof(fn).args:
+            params.append((t, t.kind == "pointer"))
+        self.functions[name] = (fn, params)
+        return fn, params
+
+
+def check_kernel_args(name: str, params: Sequence[Any], args: Sequence[Any], sig: str) -> None:
+    if len(params) != len(args):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"kernel '{name}' takes {len(params)} argument(s) ({sig}), "
+                           f"{len(args)} given")
+
+
+class HostDevice(GenericDevice):
+    plugin: "HostPlugin"
+
+    def _alloc_impl(self, size: int, kind: AllocKind) -> int:
+        out = _ffi.new("void **")
+        if _libc.posix_memalign(out, 64, size) != 0:
+            raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                               f"cannot allocate {size} bytes on host device {self.id}")
+        addr = int(_ffi.cast("uintptr_t", out[0]))
+        if kind is AllocKind.HOST:
+            try:
+                self.plugin.pages.lock(addr, size)
+            except OffloadError:
+                _libc.free(out[0])
+                raise
+        return addr
+
+    def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None:
+        if kind is AllocKind.HOST:
+            self.plugin.pages.unlock(addr, size)
+        _libc.free(_ffi.cast("void *", addr))
+
+    def _submit_impl(self, tgt, host, size, queue, pinned) -> None:
+        memmove(tgt, host, size)
+
+    def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
+        memmove(host, tgt, size)
+
+    def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
+        if not isinstance(dst_device, HostDevice):
+            return False
+        memmove(dst, src, size)
+        return True
+
+    def _load_impl(self, binary: Binary) -> _Program:
+        self.plugin.check_binary(binary)
+        return _Program(binary, binary.file(self.plugin.config.cache_dir))
+
+    def _launch_impl(self, program: _Program, binary: Binary, name: str, args: Sequence[Any],
+                     teams, threads, queue) -> None:
+        fn, params = program.function(binary, name)
+        check_kernel_args(name, params, args, binary.prototypes.get(name, "?"))
+        conv = []
+        for (t, is_ptr), a in zip(params, args):
+            conv.append(_ffi_cast(program.ffi, t, a) if is_ptr else a)
+        try:
+            fn(*conv)
+        except (TypeError, OverflowError) as exc:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"bad argument for kernel '{name}': {exc}") from None
+
+    def _is_accessible_impl(self, host: int, size: int) -> bool:
+        return True
+
+    def _info_impl(self) -> dict:
+        return {"name": f"host CPU ({platform.machine()})", "kind": "host",
+                "machine": HOST_MACHINE, "cores": os.cpu_count(), "page size": PAGE}
+
+
+def _ffi_cast(ffi: cffi.FFI, t: Any, value: Any) -> Any:
+    if not isinstance(value, int):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"pointer argument must be an address (int), got {type(value).__name__}")
+    return ffi.cast(t, value)
+
+
+class HostPlugin(GenericPlugin):
+    name = "host"
+    priority = 100
+    device_class = HostDevice
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.pages = _PageLocks()
+
+    def _init_impl(self) -> int:
+        return self.config.host_num_devices
+
+    def check_binary(self, binary: Binary) -> None:
+        """Raise INVALID_BINARY naming what is wrong unless this host can load it."""
+        if binary.format != "elf":
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"the host plugin loads ELF shared objects, not {binary.format}")
+        e = binary.elf
+        want = f"ELF64 {HOST_MACHINE} ET_DYN"
+        problems = []
+        if e.elf_class != 64:
+            problems.append(f"class ELF{e.elf_class}")
+        if e.machine != HOST_MACHINE:
+            problems.append(f"machine {e.machine}")
+        if e.type != "ET_DYN":
+            problems.append(f"type {e.type}")
+        if problems:
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"image is {e.describe()} ({', '.join(problems)}); this host "
+                               f"needs {want}")
+
+    def _is_valid_binary_impl(self, binary: Binary) -> bool:
+        try:
+            self.check_binary(binary)
+            return True
+        except OffloadError:
+            return False
+
+    def _lock_impl(self, device: int, host: int, size: int, first: bool,
+                   read_only: bool) -> int:
+        if first:
+            self.pages.lock(host, size)
+        return host
+
+    def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
+        if last:
+            self.pages.unlock(host, size)
