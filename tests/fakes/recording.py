@@ -1,0 +1,43 @@
+"""Test double: the host plugin with every pin and transfer hook call recorded."""
+from __future__ import annotations
+
+import threading
+
+from offload.plugins.host import HostDevice, HostPlugin
+
+
+class RecordingDevice(HostDevice):
+    def _submit_impl(self, tgt, host, size, queue, pinned):
+        self.plugin.record("submit", host, size, pinned is not None)
+        super()._submit_impl(tgt, host, size, queue, pinned)
+
+    def _retrieve_impl(self, host, tgt, size, queue, pinned):
+        self.plugin.record("retrieve", host, size, pinned is not None)
+        super()._retrieve_impl(host, tgt, size, queue, pinned)
+
+
+class RecordingPlugin(HostPlugin):
+    """Host plugin named 'recording' whose hook calls land in `calls`."""
+
+    name = "recording"
+    device_class = RecordingDevice
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.calls: list[tuple] = []
+        self._rec_lock = threading.Lock()
+
+    def record(self, *call) -> None:
+        with self._rec_lock:
+            self.calls.append(call)
+
+    def _lock_impl(self, device, host, size, first, read_only):
+        self.record("lock", device, host, size, first)
+        return super()._lock_impl(device, host, size, first, read_only)
+
+    def _unlock_impl(self, device, host, size, last):
+        self.record("unlock", device, host, size, last)
+        super()._unlock_impl(device, host, size, last)
+
+    def of(self, kind: str) -> list[tuple]:
+        return [c for c in self.calls if c[0] == kind]
