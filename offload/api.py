@@ -580,7 +580,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
     try:
         table.target_data_begin(items, queue)
         try:
-            kargs = [_kernel_arg(table, a) for a in args]
+            kargs = [_kernel_arg(table, items, a) for a in args]
             dev.launch(kernel, kargs, teams, threads, queue)
         except BaseException:
             table.target_data_end(items, queue, copy_back=False)
@@ -591,10 +591,17 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
         dev.release_queue(queue)
 
 
-def _kernel_arg(table, a: Any) -> Any:
+def _kernel_arg(table, items: Sequence[MapItem], a: Any) -> Any:
+    """Arrays: the device address of a[0], from the clause (else mapping) that holds it."""
     if isinstance(a, np.ndarray):
         p, n = _span(a)
-        e = table.overlapping(p, n)
+        e = None
+        for it in items:
+            if it.size and it.host < p + max(n, 1) and p < it.host + it.size:
+                e = table.lookup(it.host, it.size)
+                break
+        if e is None:
+            e = table.overlapping(p, n)
         if e is None:
             return 0
         return e.tgt_begin + (p - e.hst_begin)
