@@ -433,8 +433,7 @@ class MapClause:
     def item(self) -> MapItem:
         arr = _array(self.array, "map")
         p, n = _span(arr)
-        return MapItem(p, n, self.type, arr, self.name or f"array<{arr.dtype}>{list(arr.shape)}",
-                       not arr.flags.writeable)
+        return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
 
     def __repr__(self) -> str:
         return f"MapClause({self.type!r}, {self.name or type(self.array).__name__})"

@@ -47,7 +47,7 @@ class MapItem:
     size: int
     type: MapType
     owner: Any = None
-    name: str = "unknown"
+    name: Optional[str] = None
     read_only: bool = False
 
 
@@ -82,6 +82,13 @@ class HostDataToTarget:
                 f"dyn={self.dyn}, hold={self.hold})")
 
 
+# plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
+_TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
+_IMPLICIT, _PRESENT, _HOLD = 0x200, 0x1000, 0x2000
+_I_EXISTS, _I_CHANGED, _I_TRANSFER = int(Info.MAPPING_EXISTS), int(Info.MAPPING_CHANGED), \
+    int(Info.DATA_TRANSFER)
+
+
 def _count(v: float) -> str:
     return "INF" if v == INF else str(int(v))
 
@@ -93,15 +100,14 @@ class MappingTable:
         self.plugin = plugin
         self.device = device          # plugin-local id
         self.number = number          # global device number, for messages
-        self.info = info
+        self.info = int(info)
         self._lock = threading.Lock()
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
 
     # ---- table ------------------------------------------------------------
-    def _say(self, bit: Info, msg: str) -> None:
-        if self.info & bit:
-            print(f"omptarget device {self.number} info: {msg}", file=sys.stderr)
+    def _say(self, msg: str) -> None:
+        print(f"omptarget device {self.number} info: {msg}", file=sys.stderr)
 
     def _find(self, p: int, n: int) -> tuple[Optional[HostDataToTarget], bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
@@ -151,14 +157,14 @@ class MappingTable:
                  "Size (B) DynRefCount HoldRefCount Declaration"]
         for e in self.entries():
             lines.append(f"omptarget device info: 0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} "
-                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} {e.name}")
+                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} {e.name or 'unknown'}")
         return "\n".join(lines)
 
     # ---- begin ------------------------------------------------------------
     def target_data_begin(self, items: Sequence[MapItem], queue: Any = None) -> list[int]:
         """Map every item (all or nothing); return each item's device address."""
         for it in items:
-            if it.read_only and it.type & MapType.FROM:
+            if it.read_only and int(it.type) & _FROM:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"cannot map read-only memory '{it.name}' at 0x{it.host:x} "
                                    f"from the device (map type {it.type!r})")
@@ -177,28 +183,29 @@ class MappingTable:
         return out
 
     def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, Optional[HostDataToTarget]]:
-        p, n, t = it.host, it.size, it.type
-        hold = bool(t & MapType.OMPX_HOLD)
+        p, n, t = it.host, it.size, int(it.type)
+        hold = bool(t & _HOLD)
         with self._lock:
             e, inside = self._find(p, n)
-            if e is not None and (inside or t & MapType.IMPLICIT):
+            if e is not None and (inside or t & _IMPLICIT):
                 if hold:
                     e.hold += 1
                 else:
                     e.dyn += 1
                 new = False
-                self._say(Info.MAPPING_EXISTS,
-                          f"Mapping exists{' (implicit)' if t & MapType.IMPLICIT else ''} with "
+                if self.info & _I_EXISTS:
+                    self._say(
+                          f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
                           f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:x}"
                           f", Size={n}, DynRefCount={_count(e.dyn)}, "
-                          f"HoldRefCount={_count(e.hold)}, Name={it.name}")
+                          f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
             elif e is not None:
                 raise OffloadError(
                     ErrorCode.INVALID_ARGUMENT,
                     f"explicit extension not allowed: host address specified is 0x{p:x} "
                     f"({n} bytes), but device allocation maps to host at 0x{e.hst_begin:x} "
                     f"({e.size} bytes)")
-            elif t & MapType.PRESENT:
+            elif t & _PRESENT:
                 raise OffloadError(
                     ErrorCode.INVALID_ARGUMENT,
                     f"device mapping required by 'present' map type modifier does not exist "
@@ -215,17 +222,18 @@ class MappingTable:
                 e.ready = threading.Event()
                 self._insert(e)
                 new = True
-                self._say(Info.MAPPING_CHANGED,
+                if self.info & _I_CHANGED:
+                    self._say(
                           f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
                           f"TgtAllocBegin=0x{tgt:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
                           f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                          f"Name={it.name}")
+                          f"Name={it.name or 'unknown'}")
         tgt = e.tgt_begin + (p - e.hst_begin)
         if new:
             try:
                 e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
                                                           it.read_only) is not None
-                if t & MapType.TO:
+                if t & _TO:
                     self._copy_to(p, tgt, n, it.name, queue)
             except BaseException:
                 with self._lock:
@@ -237,24 +245,26 @@ class MappingTable:
         else:
             if e.ready is not None and not e.ready.is_set():
                 e.ready.wait()
-            if t & MapType.TO and t & MapType.ALWAYS and n > 0:
+            if t & _TO and t & _ALWAYS and n > 0:
                 self._copy_to(p, tgt, n, it.name, queue)
         return tgt, e
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
-        self._say(Info.DATA_TRANSFER, f"Copying data from host to device, HstPtr=0x{p:x}, "
-                                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name}")
+        if self.info & _I_TRANSFER:
+            self._say(f"Copying data from host to device, HstPtr=0x{p:x}, "
+                                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_submit(self.device, tgt, p, n, queue)
 
     def _copy_from(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
-        self._say(Info.DATA_TRANSFER, f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
-                                      f"HstPtr=0x{p:x}, Size={n}, Name={name}")
+        if self.info & _I_TRANSFER:
+            self._say(f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
+                                      f"HstPtr=0x{p:x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_retrieve(self.device, p, tgt, n, queue)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
         """Take back the reference `it` took on `e` (no copies)."""
         with self._lock:
-            if it.type & MapType.OMPX_HOLD:
+            if int(it.type) & _HOLD:
                 e.hold -= 1
             else:
                 e.dyn -= 1
@@ -282,20 +292,20 @@ class MappingTable:
         gone: list[HostDataToTarget] = []
         error: Optional[OffloadError] = None
         for it in reversed(items):
-            p, n, t = it.host, it.size, it.type
+            p, n, t = it.host, it.size, int(it.type)
             with self._lock:
                 e, inside = self._find(p, n)
-                if e is None or not (inside or t & MapType.IMPLICIT):
-                    if t & MapType.PRESENT and error is None:
+                if e is None or not (inside or t & _IMPLICIT):
+                    if t & _PRESENT and error is None:
                         error = OffloadError(
                             ErrorCode.INVALID_ARGUMENT,
                             f"device mapping required by 'present' map type modifier does not "
                             f"exist for host address 0x{p:x} ({n} bytes)")
                     continue
-                if t & MapType.DELETE:
+                if t & _DELETE:
                     if e.dyn != INF:
                         e.dyn = 0
-                elif t & MapType.OMPX_HOLD:
+                elif t & _HOLD:
                     e.hold = max(0, e.hold - 1)
                 elif e.dyn != INF:
                     e.dyn = max(0, e.dyn - 1)
@@ -303,16 +313,18 @@ class MappingTable:
                 if last:
                     self._remove(e)
                     gone.append(e)
-                    self._say(Info.MAPPING_CHANGED,
+                    if self.info & _I_CHANGED:
+                        self._say(
                               f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
-                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name}")
+                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name or 'unknown'}")
                 else:
-                    self._say(Info.MAPPING_EXISTS,
+                    if self.info & _I_EXISTS:
+                        self._say(
                               f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
                               f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
                               f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                              f"Name={it.name}")
-            if copy_back and t & MapType.FROM and (t & MapType.ALWAYS or last) and n > 0:
+                              f"Name={it.name or 'unknown'}")
+            if copy_back and t & _FROM and (t & _ALWAYS or last) and n > 0:
                 self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
         if gone:
             if queue is not None:
@@ -326,23 +338,23 @@ class MappingTable:
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None) -> None:
         """Copy present items TO and/or FROM the device; absent ones are skipped."""
         for it in items:
-            p, n, t = it.host, it.size, it.type
-            if it.read_only and t & MapType.FROM:
+            p, n, t = it.host, it.size, int(it.type)
+            if it.read_only and t & _FROM:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"cannot update read-only memory '{it.name}' at 0x{p:x} "
                                    f"from the device")
             e = self.lookup(p, n) if n > 0 else None
             if e is None:
-                if t & MapType.PRESENT:
+                if t & _PRESENT:
                     raise OffloadError(
                         ErrorCode.INVALID_ARGUMENT,
                         f"device mapping required by 'present' motion modifier does not exist "
                         f"for host address 0x{p:x} ({n} bytes)")
                 continue
             tgt = e.tgt_begin + (p - e.hst_begin)
-            if t & MapType.TO:
+            if t & _TO:
                 self._copy_to(p, tgt, n, it.name, queue)
-            if t & MapType.FROM:
+            if t & _FROM:
                 self._copy_from(p, tgt, n, it.name, queue)
 
     # ---- omp_target_associate_ptr -------------------------------------------

@@ -30,6 +30,12 @@ _ffi.cdef("""
 """)
 _libc = _ffi.dlopen(None)
 
+# memmove typed with integer addresses: the same calling convention as pointers on
+# every LP64 ABI we load host images for, and no cdata casts on the hot path
+_ffi_int = cffi.FFI()
+_ffi_int.cdef("void *memmove(uintptr_t, uintptr_t, size_t);")
+_libc_int = _ffi_int.dlopen(None)
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # platform.machine() -> the e_machine of images this host runs
@@ -41,7 +47,7 @@ HOST_MACHINE = _MACHINES.get(platform.machine().lower(), "EM_" + platform.machin
 
 def memmove(dst: int, src: int, size: int) -> None:
     """memmove between two integer addresses (the GIL is released)."""
-    _libc.memmove(_ffi.cast("void *", dst), _ffi.cast("void *", src), size)
+    _libc_int.memmove(dst, src, size)
 
 
 def _errno_text(err: int) -> str:
@@ -82,20 +88,18 @@ class _PageLocks:
 
     def lock(self, host: int, size: int) -> None:
         lo, hi, edges = self._span(host, size)
-        taken = []
+        with self._lock:                      # counts first: a concurrent unlock of a
+            for p in edges:                   # shared edge page now keeps it locked
+                self._refs[p] = self._refs.get(p, 0) + 1
         try:
-            with self._lock:
-                for p in edges:
-                    if self._refs.get(p, 0) == 0:
-                        self._call(_libc.mlock, p, PAGE)
-                    self._refs[p] = self._refs.get(p, 0) + 1
-                    taken.append(p)
-            self._call(_libc.mlock, lo + PAGE, max(0, hi - lo - 2 * PAGE))
+            self._call(_libc.mlock, lo, hi - lo)   # one call; relocking a page is harmless
         except OffloadError:
-            self._drop(taken)
+            _libc.munlock(_ffi.cast("void *", lo + PAGE), max(0, hi - lo - 2 * PAGE))
+            self._drop(edges)
             raise
 
     def unlock(self, host: int, size: int) -> None:
+        """Interior pages outside the lock; edge pages under it, only when unshared."""
         lo, hi, edges = self._span(host, size)
         self._call(_libc.munlock, lo + PAGE, max(0, hi - lo - 2 * PAGE))
         self._drop(edges)

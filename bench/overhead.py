@@ -1,0 +1,79 @@
+"""Runtime overhead on the host plugin: empty region, map(tofrom), enter+exit, lookups.
+
+Baselines, in the same run: numpy copies of the same bytes (a map(tofrom) moves
+them twice). Prints a table and writes bench/overhead.png.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("OFFLOAD_PLUGINS", "host")
+
+import offload  # noqa: E402
+from bench._util import machine, per_call, plot, table  # noqa: E402
+
+
+def main() -> None:
+    k = offload.compile_c("void nothing(void) {}\nvoid touch(int *a) { a[0] += 1; }\n")
+    dev = offload.runtime().get_device(0)
+    rows, labels, ours, base = [], [], [], []
+
+    def add(name, t, t_base=None, base_name=""):
+        ratio = f"{t / t_base:.2f}x" if t_base else "-"
+        rows.append((name, f"{t * 1e6:.2f} us",
+                     f"{t_base * 1e6:.2f} us ({base_name})" if t_base else "-", ratio))
+        labels.append(name.split(" (")[0][:18])
+        ours.append(t * 1e6)
+        base.append((t_base or 0) * 1e6)
+
+    add("empty target region", per_call(lambda: offload.target(k.nothing, device=0)))
+    for n in (1000, 1_000_000):
+        a = np.zeros(n, np.int32)
+        b = np.empty_like(a)
+
+        def numpy_round_trip():
+            np.copyto(b, a)
+            np.copyto(a, b)
+
+        clause = [offload.tofrom(a)]
+        t = per_call(lambda: offload.target(k.touch, a, map=clause, device=0))
+        add(f"target map(tofrom) {n} ints", t, per_call(numpy_round_trip), "2 numpy copies")
+    a = np.zeros(1000, np.int32)
+    b = np.empty_like(a)
+    to, frm = offload.to(a), offload.from_(a)
+
+    def enter_exit():
+        offload.target_enter_data(to, device=0)
+        offload.target_exit_data(frm, device=0)
+
+    add("enter+exit 1000 ints", per_call(enter_exit),
+        per_call(lambda: (np.copyto(b, a), np.copyto(a, b))), "2 numpy copies")
+
+    # lookup cost against the number of live mappings
+    keep = []
+    pool = np.zeros(200_000, np.int64)
+    results = {}
+    for live in (10, 100_000):
+        while len(keep) < live:
+            i = len(keep)
+            keep.append(pool[2 * i:2 * i + 1])
+            offload.target_enter_data(offload.alloc(keep[-1]), device=0)
+        probe = keep[live // 2]
+        addr = probe.ctypes.data
+        results[live] = per_call(lambda: dev.table.lookup(addr, 8))
+        add(f"lookup, {live} live mappings", results[live],
+            results[10] if live != 10 else None, "10 live")
+    print(f"offload bench/overhead.py on {machine()}")
+    print(table(rows, ("operation", "offload", "baseline", "ratio")))
+    print(plot(os.path.join(os.path.dirname(__file__), "overhead.png"),
+               "per-operation cost (host plugin)", labels, {"offload": ours,
+                                                           "baseline": base}, "microseconds"))
+    offload.shutdown()
+
+
+if __name__ == "__main__":
+    main()
