@@ -115,7 +115,7 @@ class MappingTable:
         i = bisect.bisect_right(starts, p) - 1
         if i >= 0:
             e = self._entries[i]
-            if p < e.hst_end or (n == 0 and p == e.hst_end):
+            if p < e.hst_end:
                 return e, p + n <= e.hst_end
         j = i + 1
         if j < len(starts) and starts[j] < p + n:

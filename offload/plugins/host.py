@@ -16,25 +16,18 @@ import cffi
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .common import AllocKind, GenericDevice, GenericPlugin
+from .common import AllocKind, GenericDevice, GenericPlugin, memmove
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
     void *malloc(size_t);
     void free(void *);
     int posix_memalign(void **, size_t, size_t);
-    void *memmove(void *, const void *, size_t);
     int mlock(const void *, size_t);
     int munlock(const void *, size_t);
     char *strerror(int);
 """)
 _libc = _ffi.dlopen(None)
-
-# memmove typed with integer addresses: the same calling convention as pointers on
-# every LP64 ABI we load host images for, and no cdata casts on the hot path
-_ffi_int = cffi.FFI()
-_ffi_int.cdef("void *memmove(uintptr_t, uintptr_t, size_t);")
-_libc_int = _ffi_int.dlopen(None)
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -43,11 +36,6 @@ _MACHINES = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64
              "arm64": "EM_AARCH64", "ppc64le": "EM_PPC64", "riscv64": "EM_RISCV",
              "s390x": "EM_S390"}
 HOST_MACHINE = _MACHINES.get(platform.machine().lower(), "EM_" + platform.machine().upper())
-
-
-def memmove(dst: int, src: int, size: int) -> None:
-    """memmove between two integer addresses (the GIL is released)."""
-    _libc_int.memmove(dst, src, size)
 
 
 def _errno_text(err: int) -> str:
