@@ -319,7 +319,8 @@ def test_lock_mapped_on_pins_for_the_mapping(runtime):
 
 # ---- the model-checked state machine ------------------------------------------------------
 N = 64
-sections = st.tuples(st.integers(0, N), st.integers(0, N)).map(sorted)
+# non-empty: numpy gives an empty slice a[i:i] the address of a[0], not of a[i]
+sections = st.tuples(st.integers(0, N), st.integers(0, N)).filter(lambda s: s[0] != s[1]).map(sorted)
 
 
 class MappingMachine(RuleBasedStateMachine):
