@@ -6,6 +6,7 @@ choice of transfer path live here, never in a vendor file.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import threading
 from typing import Any, Optional, Sequence
@@ -76,6 +77,10 @@ class GenericDevice:
                      teams: Optional[int], threads: Optional[int], queue: Any) -> None:
         raise NotImplementedError
 
+    def _staging_lane(self, i: int) -> tuple[int, Any]:
+        """The i-th of the plugin's own pinned staging buffers, with its queue."""
+        raise NotImplementedError
+
     def _create_queue_impl(self) -> Any: return None
     def _destroy_queue_impl(self, queue: Any) -> None: ...
     def _sync_impl(self, queue: Any) -> None: ...
@@ -96,6 +101,49 @@ class GenericDevice:
     def release_queue(self, queue: Any) -> None:
         with self._lock:
             self._queues.append(queue)
+
+    # ---- staged transfers of unpinned memory ---------------------------------
+    def staged(self, to_device: bool, tgt: int, host: int, size: int) -> None:
+        """Copy through the plugin's pinned staging buffers: several workers, each
+        with two buffers, overlap the host memcpy of one chunk with the DMA of another."""
+        chunk = self.plugin.staging_chunk
+        nchunks = -(-size // chunk)
+        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks))
+
+        def work(w: int) -> None:
+            lanes = [self._staging_lane(2 * w), self._staging_lane(2 * w + 1)]
+            pending: list[Optional[tuple[int, int]]] = [None, None]
+            for j, c in enumerate(range(w, nchunks, workers)):
+                buf, q = lanes[j % 2]
+                off = c * chunk
+                n = min(chunk, size - off)
+                if to_device:
+                    self._sync_impl(q)                 # the lane's last DMA is done
+                    memmove(buf, host + off, n)
+                    self._submit_impl(tgt + off, buf, n, q, buf)
+                else:
+                    self._retrieve_impl(buf, tgt + off, n, q, buf)
+                    k = (j + 1) % 2
+                    if pending[k] is not None:         # drain the other lane meanwhile
+                        self._sync_impl(lanes[k][1])
+                        memmove(host + pending[k][0], lanes[k][0], pending[k][1])
+                        pending[k] = None
+                    pending[j % 2] = (off, n)
+            for k in (0, 1):
+                self._sync_impl(lanes[k][1])
+                if pending[k] is not None:
+                    memmove(host + pending[k][0], lanes[k][0], pending[k][1])
+
+        if workers == 1:
+            work(0)
+            return
+        pool = self.__dict__.get("_stage_pool")
+        if pool is None:
+            with self._lock:
+                pool = self.__dict__.setdefault("_stage_pool", concurrent.futures.ThreadPoolExecutor(
+                    self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging"))
+        for f in [pool.submit(work, w) for w in range(workers)]:
+            f.result()
 
     # ---- allocations ------------------------------------------------------
     def alloc(self, size: int, kind: AllocKind) -> int:
@@ -151,6 +199,12 @@ class GenericPlugin:
     #: plugins are ordered by priority, lowest first: GPUs before the host
     priority = 50
     device_class = GenericDevice
+    #: copies on a queue may still run after the call returns (GPU plugins)
+    asynchronous = False
+    #: unpinned pieces of at least this many bytes go through staging (None: never)
+    staging_threshold: Optional[int] = None
+    staging_chunk = 8 << 20
+    staging_lanes = 8
 
     def __init__(self, config: Config):
         self.config = config
@@ -253,18 +307,37 @@ class GenericPlugin:
         dev.free(addr, kind)
 
     def data_submit(self, d: int, tgt: int, host: int, size: int, queue: Any = None) -> None:
-        dev = self.device(d)
-        stats = dev.stats
-        for off, n, via in self.pinned.translate(host, size, d):
-            dev._submit_impl(tgt + off, host + off, n, queue, via)
-            stats["to unpinned" if via is None else "to pinned"] += n
+        """Host -> device, split at pinned boundaries; pinned pieces go asynchronously
+        from their device-accessible address, large unpinned ones through staging.
+        Without a queue, returns when the data has arrived."""
+        self._transfer(True, d, tgt, host, size, queue)
 
     def data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any = None) -> None:
+        """Device -> host, the same way; without a queue, returns when complete."""
+        self._transfer(False, d, tgt, host, size, queue)
+
+    def _transfer(self, to_device: bool, d: int, tgt: int, host: int, size: int,
+                  queue: Any) -> None:
         dev = self.device(d)
         stats = dev.stats
-        for off, n, via in self.pinned.translate(host, size, d):
-            dev._retrieve_impl(host + off, tgt + off, n, queue, via)
-            stats["from unpinned" if via is None else "from pinned"] += n
+        own = queue is None and self.asynchronous
+        q = dev.get_queue() if own else queue
+        stage = self.staging_threshold
+        try:
+            for off, n, via in self.pinned.translate(host, size, d):
+                if via is None and stage is not None and n >= stage:
+                    dev.staged(to_device, tgt + off, host + off, n)
+                elif to_device:
+                    dev._submit_impl(tgt + off, host + off, n, q, via)
+                else:
+                    dev._retrieve_impl(host + off, tgt + off, n, q, via)
+                key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
+                stats[key] += n
+            if own:
+                dev._sync_impl(q)
+        finally:
+            if own:
+                dev.release_queue(q)
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: "GenericPlugin", dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:
