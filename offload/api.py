@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from . import config as _config
-from .config import TargetOffload
+from .config import Info, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .image import Image, Kernel, compile_c, load_image
@@ -580,12 +580,18 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
         table.target_data_begin(items, queue)
         try:
             kargs = [_kernel_arg(table, items, a) for a in args]
+            if table.info & Info.PLUGIN_KERNEL:
+                print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
+                      f"with {teams or 1} blocks and {threads or 'default'} threads, "
+                      f"{len(kargs)} argument(s)", file=sys.stderr)
             dev.launch(kernel, kargs, teams, threads, queue)
         except BaseException:
             table.target_data_end(items, queue, copy_back=False)
             raise
         table.target_data_end(items, queue)
         dev.synchronize(queue)
+        if table.info & Info.DUMP_TABLE:
+            print(table.dump(), file=sys.stderr)
     finally:
         dev.release_queue(queue)
 

@@ -195,10 +195,10 @@ class MappingTable:
                 new = False
                 if self.info & _I_EXISTS:
                     self._say(
-                          f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
-                          f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:x}"
-                          f", Size={n}, DynRefCount={_count(e.dyn)}, "
-                          f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
+                        f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
+                        f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:x}"
+                        f", Size={n}, DynRefCount={_count(e.dyn)}, "
+                        f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
             elif e is not None:
                 raise OffloadError(
                     ErrorCode.INVALID_ARGUMENT,
@@ -224,10 +224,10 @@ class MappingTable:
                 new = True
                 if self.info & _I_CHANGED:
                     self._say(
-                          f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
-                          f"TgtAllocBegin=0x{tgt:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
-                          f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                          f"Name={it.name or 'unknown'}")
+                        f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
+                        f"TgtAllocBegin=0x{tgt:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
+                        f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                        f"Name={it.name or 'unknown'}")
         tgt = e.tgt_begin + (p - e.hst_begin)
         if new:
             try:
@@ -252,13 +252,13 @@ class MappingTable:
     def _copy_to(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:x}, "
-                                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name or 'unknown'}")
+                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_submit(self.device, tgt, p, n, queue)
 
     def _copy_from(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
-                                      f"HstPtr=0x{p:x}, Size={n}, Name={name or 'unknown'}")
+                      f"HstPtr=0x{p:x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_retrieve(self.device, p, tgt, n, queue)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
@@ -315,15 +315,15 @@ class MappingTable:
                     gone.append(e)
                     if self.info & _I_CHANGED:
                         self._say(
-                              f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
-                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name or 'unknown'}")
+                            f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
+                            f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name or 'unknown'}")
                 else:
                     if self.info & _I_EXISTS:
                         self._say(
-                              f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
-                              f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
-                              f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                              f"Name={it.name or 'unknown'}")
+                            f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
+                            f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
+                            f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                            f"Name={it.name or 'unknown'}")
             if copy_back and t & _FROM and (t & _ALWAYS or last) and n > 0:
                 self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
         if gone:

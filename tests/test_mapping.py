@@ -253,6 +253,37 @@ def test_info_prints_llvm_style_lines(runtime, capsys, add_one):
     assert "Removing map entry with HstPtrBegin=0x" in err
 
 
+def test_kernel_and_table_dump_info(runtime, capsys, add_one):
+    runtime(LIBOMPTARGET_INFO=str(0x4 | 0x10))
+    a = np.zeros(10, np.int32)
+    with offload.target_data(offload.tofrom(a, name="a"), device=0):
+        offload.target(add_one.add_one, a, 0, 10, device=0)
+    err = capsys.readouterr().err
+    assert "Launching kernel add_one with 1 blocks" in err
+    assert "Host Ptr" in err and f"0x{a.ctypes.data:016x}" in err and " a" in err
+
+
+def test_mapped_owner_is_kept_alive(rt):
+    import gc
+    import weakref
+    a = np.arange(1000.0)
+    ref = weakref.ref(a)
+    p = a.ctypes.data
+    offload.target_enter_data(offload.to(a), device=0)
+    del a
+    gc.collect()
+    assert ref() is not None and offload.omp_target_is_present(p, 0)
+    offload.target_exit_data(offload.release(ref()), device=0)
+    gc.collect()
+    assert ref() is None
+
+
+def test_devices_records(rt):
+    recs = offload.devices()
+    assert [r.number for r in recs] == [0, 1]
+    assert all(r.plugin == "host" and "host CPU" in r.name for r in recs)
+
+
 def test_concurrent_regions_share_one_mapping(rt, add_one):
     a = np.zeros(1000, np.int32)
     errors = []

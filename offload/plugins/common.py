@@ -179,17 +179,19 @@ class GenericDevice:
                 prog = self._loaded.setdefault(binary.digest, prog)
         return prog
 
-    def shutdown(self) -> None:
-        """Drain the queues and free what is left, in SEMANTICS.md §3's order."""
+    def drain(self) -> None:
+        """Wait for every queue this device made."""
         for q in list(self._all_queues):
             self._sync_impl(q)
+
+    def free_all(self, kinds: tuple[AllocKind, ...]) -> None:
+        """Free what is still allocated with one of `kinds` (teardown)."""
         with self._lock:
-            allocs, self._allocs = self._allocs, {}
-        for addr, (size, kind) in allocs.items():
-            if kind is not AllocKind.HOST:
-                self._free_impl(addr, size, kind)
-        self._host_allocs_at_shutdown = {a: r for a, r in allocs.items()
-                                         if r[1] is AllocKind.HOST}
+            gone = {a: r for a, r in self._allocs.items() if r[1] in kinds}
+            for a in gone:
+                del self._allocs[a]
+        for addr, (size, kind) in gone.items():
+            self._free_impl(addr, size, kind)
 
 
 class GenericPlugin:
@@ -396,9 +398,10 @@ class GenericPlugin:
         """Drain queues, free device memory, unpin what we pinned, release contexts."""
         devices = self.initialized_devices()
         for dev in devices:
-            dev.shutdown()
+            dev.drain()
+            dev.free_all((AllocKind.DEVICE, AllocKind.SHARED))
         for e in self.pinned.clear():
-            if e.kind in (Kind.EXTERNAL, Kind.ALLOC_HOST):   # freed below, or not ours
+            if e.kind in (Kind.EXTERNAL, Kind.ALLOC_HOST):   # not ours / freed below
                 continue
             devs = list(e.count)
             for i, d in enumerate(devs):
@@ -407,8 +410,7 @@ class GenericPlugin:
                 except OffloadError:
                     pass
         for dev in devices:
-            for addr, (size, kind) in getattr(dev, "_host_allocs_at_shutdown", {}).items():
-                dev._free_impl(addr, size, kind)
+            dev.free_all((AllocKind.HOST,))
             dev._deinit_impl()
         self._deinit_impl()
 
