@@ -32,7 +32,8 @@ class PinDriver(Protocol):
 
 
 class PinnedEntry:
-    __slots__ = ("host", "size", "kind", "count", "dev", "floor", "owners", "pending", "read_only")
+    __slots__ = ("host", "size", "kind", "count", "dev", "floor", "ours", "owners", "pending",
+                 "read_only")
 
     def __init__(self, host: int, size: int, kind: Kind, read_only: bool = False):
         self.host = host
@@ -41,6 +42,7 @@ class PinnedEntry:
         self.count: dict[int, int] = {}     # device -> references
         self.dev: dict[int, int] = {}       # device -> device-accessible address of host
         self.floor: dict[int, int] = {}     # references an allocation holds (alloc_host)
+        self.ours: set[int] = set()         # devices for which we called driver.pin
         self.owners: list[Any] = []         # kept alive while the entry exists
         self.pending: Optional[threading.Event] = None
         self.read_only = read_only
@@ -153,8 +155,11 @@ class PinnedMap:
             if ext is not None:
                 addr = self._become_external(e, ext, p, n)
             else:
-                addr = driver.pin(device, e.host, e.size, first=new or not e.count,
+                addr = driver.pin(device, e.host, e.size,
+                                  first=not e.ours and e.kind is not Kind.EXTERNAL
+                                  and e.kind is not Kind.ALLOC_HOST,
                                   read_only=e.read_only)
+                e.ours.add(device)
         except BaseException:
             with self._lock:
                 if new:
@@ -210,10 +215,12 @@ class PinnedMap:
                     if c > 1:
                         e.count[device] = c - 1
                         return
-                    last = len(e.count) == 1
-                    if e.kind is Kind.EXTERNAL:
-                        self._drop_device(e, device, last)
+                    if device not in e.ours:            # external, or alloc_host's own
+                        self._drop_device(e, device, len(e.count) == 1)
                         return
+                    # the driver lets go when no other device holds our pin
+                    last = e.ours == {device} and e.kind not in (Kind.EXTERNAL,
+                                                                 Kind.ALLOC_HOST)
                     e.pending = threading.Event()
                     break
             wait.wait()
@@ -224,7 +231,8 @@ class PinnedMap:
                 self._settle(e)
             raise
         with self._lock:
-            self._drop_device(e, device, last)
+            e.ours.discard(device)
+            self._drop_device(e, device, len(e.count) == 1)
             self._settle(e)
 
     def _drop_device(self, e: PinnedEntry, device: int, last: bool) -> None:

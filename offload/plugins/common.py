@@ -400,13 +400,12 @@ class GenericPlugin:
         for dev in devices:
             dev.drain()
             dev.free_all((AllocKind.DEVICE, AllocKind.SHARED))
-        for e in self.pinned.clear():
-            if e.kind in (Kind.EXTERNAL, Kind.ALLOC_HOST):   # not ours / freed below
-                continue
-            devs = list(e.count)
+        for e in self.pinned.clear():                    # alloc_host memory is freed below
+            devs = sorted(e.ours)
+            owned = e.kind not in (Kind.EXTERNAL, Kind.ALLOC_HOST)
             for i, d in enumerate(devs):
                 try:
-                    self._unlock_impl(d, e.host, e.size, last=(i == len(devs) - 1))
+                    self._unlock_impl(d, e.host, e.size, last=owned and i == len(devs) - 1)
                 except OffloadError:
                     pass
         for dev in devices:
