@@ -1,0 +1,404 @@
+"""Issue 6: the AMDGPU plugin against the real HSA headers, the real libhsa, and the
+HSA simulator (tests/fakes/hsa_sim.c, a test double built here)."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import offload
+from offload import ErrorCode, OffloadError
+from offload.pinned import Kind
+from offload.plugins import amdgpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HSA_INCLUDE = "/usr/include/hsa"
+HAVE_HEADERS = os.path.exists(os.path.join(HSA_INCLUDE, "hsa.h"))
+CLANG = shutil.which("clang-19") or shutil.which("clang")
+LLD = shutil.which("ld.lld-19") or shutil.which("ld.lld")
+needs_headers = pytest.mark.skipif(not HAVE_HEADERS,
+                                   reason="HSA headers not installed (libhsa-runtime-dev)")
+
+KERNEL_SRC = r"""
+#define KERNEL __attribute__((amdgpu_kernel, visibility("protected")))
+KERNEL void add_one(int *a, long lo, long hi) {
+  long i = lo + (long)__builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();
+  if (i < hi) a[i] += 1;
+}
+KERNEL void shape(int *out) { out[0] = 1; }
+"""
+
+HOST_SRC = r"""
+#include <stdint.h>
+struct add_one_args { int *a; long lo; long hi; };
+void add_one_sim(const void *ka, const uint32_t grid[3], const uint16_t wg[3]) {
+  const struct add_one_args *x = ka;
+  for (long i = 0; i < (long)grid[0]; ++i) { long j = x->lo + i; if (j < x->hi) x->a[j] += 1; }
+}
+void shape_sim(const void *ka, const uint32_t grid[3], const uint16_t wg[3]) {
+  int *out = *(int *const *)ka;
+  out[0] = (int)grid[0]; out[1] = (int)grid[1]; out[2] = wg[0]; out[3] = wg[1];
+}
+"""
+
+
+def rocm_version() -> str:
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libhsa-runtime-dev"],
+                             capture_output=True, text=True).stdout
+        return f"ROCm {out.split('-')[0]} (Debian libhsa-runtime-dev {out})" if out else "?"
+    except OSError:
+        return "?"
+
+
+@pytest.fixture(scope="session")
+def sim(tmp_path_factory):
+    """Build the simulator with the system C compiler against the real headers."""
+    if not HAVE_HEADERS:
+        pytest.skip("HSA headers not installed (libhsa-runtime-dev): cannot build the simulator")
+    out = tmp_path_factory.mktemp("hsa_sim") / "libhsa_sim.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out),
+                    os.path.join(ROOT, "tests", "fakes", "hsa_sim.c"), "-lpthread"],
+                   check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out))
+    lib.hsa_sim_register_kernel.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.hsa_sim_fail.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.hsa_sim_calls.argtypes = [ctypes.c_char_p]
+    lib.hsa_sim_calls.restype = ctypes.c_long
+    lib.hsa_sim_lock_count.restype = ctypes.c_long
+    lib.hsa_amd_memory_lock.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                        ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+    lib.hsa_amd_memory_unlock.argtypes = [ctypes.c_void_p]
+    host = offload.compile_c(HOST_SRC)
+    hk = ctypes.CDLL(host.binaries[0].path)
+    for name in ("add_one", "shape"):
+        fn = ctypes.cast(getattr(hk, f"{name}_sim"), ctypes.c_void_p).value
+        assert lib.hsa_sim_register_kernel(name.encode(), fn) == 0
+    lib.keep = hk
+    lib.path = str(out)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def code_objects(tmp_path_factory):
+    """Real AMDGPU code objects from clang/lld: {target id: path}."""
+    if not (CLANG and LLD):
+        pytest.skip("clang-19 / ld.lld-19 not installed: cannot build AMDGPU code objects")
+    d = tmp_path_factory.mktemp("amdgcn")
+    src = d / "k.c"
+    src.write_text(KERNEL_SRC)
+    out = {}
+    for target in ("gfx90a", "gfx90a:xnack-", "gfx90a:xnack+", "gfx906"):
+        tag = target.replace(":", "_").replace("+", "on").replace("-", "off")
+        obj, so = d / f"{tag}.o", d / f"{tag}.so"
+        subprocess.run([CLANG, "--target=amdgcn-amd-amdhsa", f"-mcpu={target}", "-nogpulib",
+                        "-O2", "-c", str(src), "-o", str(obj)], check=True, capture_output=True)
+        subprocess.run([LLD, "-shared", str(obj), "-o", str(so)], check=True,
+                       capture_output=True)
+        out[target] = str(so)
+    return out
+
+
+@pytest.fixture
+def amd(runtime, sim):
+    """A fresh runtime whose only plugin is AMDGPU over the simulator; yields the plugin."""
+    m = runtime(OFFLOAD_PLUGINS="amdgpu", OFFLOAD_AMDGPU_HSA_LIBRARY=sim.path)
+    assert m.num_devices() == 2, m.records
+    return m.plugins[0]
+
+
+@pytest.fixture
+def kernels(code_objects):
+    return offload.load_image(code_objects["gfx90a"])
+
+
+def blocks(n, t=64):
+    return dict(teams=(n + t - 1) // t, threads=t)
+
+
+# ---- the declarations against the real headers ------------------------------------------
+@needs_headers
+def test_declarations_match_hsa_headers(tmp_path):
+    header_text = open(os.path.join(HSA_INCLUDE, "hsa.h")).read() + \
+        open(os.path.join(HSA_INCLUDE, "hsa_ext_amd.h")).read()
+    elf_text = open(os.path.join(HSA_INCLUDE, "amd_hsa_elf.h")).read()
+    consts = [n for n in dir(amdgpu) if re.match(r"(HSA|EF_AMDGPU)_[A-Z0-9_]+$", n)]
+    machines = {f"EF_AMDGPU_MACH_AMDGCN_{p.upper()}": v for v, p in amdgpu.MACHINES.items()
+                if re.search(rf"\bEF_AMDGPU_MACH_AMDGCN_{p.upper()}\b", elf_text)}
+    fields = {
+        "hsa_queue_t": ["type", "features", "base_address", "doorbell_signal", "size", "id"],
+        "hsa_kernel_dispatch_packet_t": ["header", "setup", "workgroup_size_x", "grid_size_x",
+                                         "private_segment_size", "group_segment_size",
+                                         "kernel_object", "kernarg_address",
+                                         "completion_signal"],
+        "hsa_amd_pointer_info_t": ["size", "type", "agentBaseAddress", "hostBaseAddress",
+                                   "sizeInBytes", "userData", "agentOwner", "global_flags"],
+    }
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <hsa/hsa.h>",
+             "#include <hsa/hsa_ext_amd.h>", "#include <hsa/amd_hsa_elf.h>",
+             "using namespace ELF;", "int main(void) {"]
+    for n in consts + list(machines):
+        lines.append(f'  printf("{n} %lld\\n", (long long){n});')
+    for t, fs in fields.items():
+        lines.append(f'  printf("sizeof {t} %zu\\n", sizeof({t}));')
+        for f in fs:
+            lines.append(f'  printf("offsetof {t}.{f} %zu\\n", offsetof({t}, {f}));')
+    for t in ("hsa_agent_t", "hsa_signal_t", "hsa_status_t", "hsa_signal_value_t"):
+        lines.append(f'  printf("sizeof {t} %zu\\n", sizeof({t}));')
+    lines.append("  return 0; }")
+    src = tmp_path / "check.cpp"           # amd_hsa_elf.h is C++ (namespace ELF)
+    src.write_text("\n".join(lines))
+    res = subprocess.run(["c++", str(src), "-o", str(tmp_path / "check")], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    out = subprocess.run([str(tmp_path / "check")], check=True, capture_output=True,
+                         text=True).stdout
+    got = dict(line.rsplit(" ", 1) for line in out.splitlines())
+    print(f"checked against {rocm_version()}")
+    assert len(consts) > 30 and len(machines) > 20
+    for n in consts:
+        assert int(got[n]) == getattr(amdgpu, n), n
+    for n, v in machines.items():
+        assert int(got[n]) == v, n
+    ffi = amdgpu._ffi
+    for t, fs in fields.items():
+        assert int(got[f"sizeof {t}"]) == ffi.sizeof(t), t
+        for f in fs:
+            assert int(got[f"offsetof {t}.{f}"]) == ffi.offsetof(t, f), f"{t}.{f}"
+    for t in ("hsa_agent_t", "hsa_signal_t", "hsa_status_t", "hsa_signal_value_t"):
+        assert int(got[f"sizeof {t}"]) == ffi.sizeof(t), t
+    assert all(w in header_text for w in ("hsa_amd_memory_lock", "hsa_amd_pointer_info"))
+
+
+def test_real_libhsa_without_gpu_reports_hsa_status():
+    try:
+        ctypes.CDLL("libhsa-runtime64.so.1")
+    except OSError:
+        pytest.skip("libhsa-runtime64.so.1 not installed (Debian libhsa-runtime64-1)")
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("/dev/kfd exists: this machine may have an AMD GPU")
+    env = dict(os.environ, PYTHONPATH=ROOT, OFFLOAD_PLUGINS="amdgpu,host")
+    env.pop("OFFLOAD_AMDGPU_HSA_LIBRARY", None)
+    out = subprocess.run([sys.executable, "-m", "offload.cli"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("plugin amdgpu:"))
+    assert "no devices: hsa_init failed: HSA_STATUS_ERROR_OUT_OF_RESOURCES" in line
+    assert "plugin host: 1 device(s)" in out
+
+
+# ---- the simulator ---------------------------------------------------------------------
+def test_agents_and_offload_info(amd):
+    recs = offload.devices()
+    assert [r.plugin for r in recs] == ["amdgpu", "amdgpu"]
+    assert recs[0].properties["isa"] == "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-"
+    assert recs[0].properties["processor"] == "gfx90a"
+
+
+@pytest.mark.parametrize("device", [0, 1])
+def test_prelock_twin_on_both_agents(amd, sim, kernels, device):
+    n = 1 << 16
+    a = np.arange(n, dtype=np.int32)
+    with offload.locked(a, device=device) as pin:
+        assert pin.device_address != a.ctypes.data          # the agent's own address
+        assert sim.hsa_sim_lock_count() == 1
+        offload.target(kernels.add_one, a, 0, n, map=[offload.tofrom(a)], device=device,
+                       **blocks(n))
+        offload.target(kernels.add_one, a, 10, 20, map=[offload.tofrom(a[10:20])],
+                       device=device, **blocks(10))
+    expect = np.arange(n, dtype=np.int32) + 1
+    expect[10:20] += 1
+    np.testing.assert_array_equal(a, expect)
+    s = offload.runtime().get_device(device).stats
+    assert s["to unpinned"] == 0 and s["from unpinned"] == 0
+    assert sim.hsa_sim_lock_count() == 0
+
+
+def test_unpinned_data_is_staged(amd, kernels):
+    n = 3 * (1 << 20) + 5
+    a = np.arange(n, dtype=np.int32)
+    offload.target(kernels.add_one, a, 0, n, map=[offload.tofrom(a)], device=1, **blocks(n))
+    np.testing.assert_array_equal(a, np.arange(n) + 1)
+    assert offload.runtime().get_device(1).stats["to unpinned"] == a.nbytes
+
+
+def test_lock_twice_unlock_twice(amd, sim):
+    a = np.zeros(4096, np.uint8)
+    p1 = offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    p2 = offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    assert p1 == p2 and sim.hsa_sim_lock_count() == 1
+    offload.llvm_omp_target_unlock_mem(a, 0)
+    assert sim.hsa_sim_lock_count() == 1
+    offload.llvm_omp_target_unlock_mem(a, 0)
+    assert sim.hsa_sim_lock_count() == 0
+    with pytest.raises(OffloadError, match="cannot find locked buffer"):
+        offload.runtime().get_device(0).unlock(a.ctypes.data)
+
+
+def test_partial_overlap_rejected_before_hsa_lock(amd, sim):
+    a = np.zeros(8192, np.uint8)
+    offload.llvm_omp_target_lock_mem(a[1000:], 1000, 0)
+    before = sim.hsa_sim_calls(b"hsa_amd_memory_lock")
+    assert offload.llvm_omp_target_lock_mem(a[500:], 1000, 0) == 0
+    assert sim.hsa_sim_calls(b"hsa_amd_memory_lock") == before
+    offload.llvm_omp_target_unlock_mem(a[1000:], 0)
+    assert sim.hsa_sim_lock_count() == 0
+
+
+def test_same_array_used_by_both_agents(amd, sim, kernels):
+    n = 4096
+    a = np.arange(n, dtype=np.int32)
+    p0 = offload.lock(a, device=0)
+    p1 = offload.lock(a, device=1)
+    assert len(amd.pinned) == 1                              # one registry entry
+    assert sim.hsa_sim_lock_count() == 2                     # one HSA lock per agent
+    assert p0.device_address != p1.device_address           # each agent its own address
+    for d in (0, 1):
+        offload.target(kernels.add_one, a, 0, n, map=[offload.tofrom(a)], device=d,
+                       **blocks(n))
+    np.testing.assert_array_equal(a, np.arange(n) + 2)
+    p1.unlock()
+    assert sim.hsa_sim_lock_count() == 1
+    p0.unlock()
+    assert sim.hsa_sim_lock_count() == 0 and len(amd.pinned) == 0
+
+
+def _lock_outside(sim, a):
+    agent = ctypes.c_uint64(2)                               # the sim's first GPU agent
+    out = ctypes.c_void_p()
+    assert sim.hsa_amd_memory_lock(a.ctypes.data, a.nbytes, ctypes.byref(agent), 1,
+                                   ctypes.byref(out)) == 0
+    return out.value
+
+
+def test_memory_locked_outside_offload_is_external_and_never_unlocked(amd, sim):
+    a = np.zeros(1 << 16, np.uint8)
+    agent_base = _lock_outside(sim, a)
+    try:
+        addr = offload.llvm_omp_target_lock_mem(a[400:], 100, 0)
+        assert addr == agent_base + 400                      # agentBase + (ptr - hostBase)
+        assert amd.pinned.lookup(a.ctypes.data).kind is Kind.EXTERNAL
+        offload.llvm_omp_target_unlock_mem(a[400:], 0)
+        assert len(amd.pinned) == 0
+        assert sim.hsa_sim_lock_count() == 1                 # still the other owner's
+    finally:
+        assert sim.hsa_amd_memory_unlock(a.ctypes.data) == 0
+
+
+def test_external_entry_used_by_second_agent_unlocks_only_its_own_lock(amd, sim):
+    a = np.zeros(1 << 16, np.uint8)
+    _lock_outside(sim, a)
+    try:
+        offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)     # found external
+        offload.llvm_omp_target_lock_mem(a, a.nbytes, 1)     # locks for agent 2
+        assert sim.hsa_sim_lock_count() == 2
+        offload.llvm_omp_target_unlock_mem(a, 1)
+        offload.llvm_omp_target_unlock_mem(a, 0)
+        assert sim.hsa_sim_lock_count() == 1
+    finally:
+        sim.hsa_amd_memory_unlock(a.ctypes.data)
+
+
+def test_interior_pointer_of_prelocked_buffer_in_a_map(amd, sim, kernels):
+    """The seed review's offset fix: a mapped section inside a prelocked buffer is
+    copied from agentBase + (section - hostBase)."""
+    n = 4096
+    a = np.arange(n, dtype=np.int32)
+    with offload.locked(a, device=0) as pin:
+        pieces = amd.pinned.translate(a[100:].ctypes.data, 400, 0)
+        assert pieces == [(0, 400, pin.device_address + 400)]
+        offload.target(kernels.add_one, a, 100, 200, map=[offload.tofrom(a[100:200])],
+                       device=0, **blocks(100))
+    expect = np.arange(n)
+    expect[100:200] += 1
+    np.testing.assert_array_equal(a, expect)
+
+
+def test_images_for_another_target_are_refused(amd, code_objects):
+    dev = offload.runtime().get_device(0).generic
+    offload.load_image(code_objects["gfx90a:xnack-"])        # matches the agent
+    amd.check_binary(offload.load_image(code_objects["gfx90a:xnack-"]).binaries[0], dev)
+    with pytest.raises(OffloadError) as ei:
+        amd.check_binary(offload.load_image(code_objects["gfx906"]).binaries[0], dev)
+    assert ei.value.code is ErrorCode.INVALID_BINARY
+    assert "code object is for gfx906, device 0 is gfx90a" in str(ei.value)
+    with pytest.raises(OffloadError, match="code object has xnack on, device 0 runs with "
+                                           "xnack off"):
+        amd.check_binary(offload.load_image(code_objects["gfx90a:xnack+"]).binaries[0], dev)
+    os.environ["OMP_TARGET_OFFLOAD"] = "mandatory"
+    try:
+        offload.shutdown()
+        img = offload.load_image(code_objects["gfx906"])
+        with pytest.raises(OffloadError, match="no binary for device 0"):
+            offload.target(img.add_one, np.zeros(4, np.int32), 0, 4, device=0)
+    finally:
+        del os.environ["OMP_TARGET_OFFLOAD"]
+
+
+def test_dispatch_packet_carries_grid_and_workgroup(amd, kernels):
+    out = np.zeros(4, np.int32)
+    offload.target(kernels.shape, out, map=[offload.from_(out)], device=0, teams=3,
+                   threads=128)
+    np.testing.assert_array_equal(out, [384, 1, 128, 1])
+
+
+def test_kernel_argument_count_mismatch(amd, kernels):
+    a = np.zeros(8, np.int32)
+    with pytest.raises(OffloadError, match="takes 3 argument"):
+        offload.target(kernels.add_one, a, 0, map=[offload.tofrom(a)], device=0)
+    assert len(offload.runtime().get_device(0).table) == 0
+
+
+STATUSES = [0x1000, 0x1001, 0x1003, 0x1004, 0x1008, 0x100B, 0x100D, 0x100F, 0x1010, 0x1013]
+
+
+def _status_text(sim, status):
+    s = ctypes.c_char_p()
+    sim.hsa_status_string.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    assert sim.hsa_status_string(status, ctypes.byref(s)) == 0
+    return s.value.decode()
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_every_hsa_status_becomes_an_offload_error(amd, sim, code_objects, status):
+    text = _status_text(sim, status)
+    dev = offload.runtime().get_device(0)
+    a = np.zeros(4096, np.uint8)
+    operations = {
+        "hsa_amd_memory_lock": lambda: dev.lock(a.ctypes.data, a.nbytes),
+        "hsa_amd_memory_pool_allocate": lambda: dev.alloc(1024),
+        "hsa_amd_memory_async_copy": lambda: offload.target_enter_data(offload.to(a),
+                                                                       device=0),
+        "hsa_executable_load_agent_code_object":
+            lambda: offload.target(offload.load_image(code_objects["gfx90a"]).add_one,
+                                   a, 0, 0, device=0),
+        "hsa_amd_pointer_info": lambda: dev.lock(a.ctypes.data, 64),
+    }
+    for fn, op in operations.items():
+        sim.hsa_sim_fail(fn.encode(), status)
+        with pytest.raises(OffloadError) as ei:
+            op()
+        assert text in str(ei.value) and fn in str(ei.value), (fn, str(ei.value))
+        assert len(amd.pinned) == 0 and len(dev.table) == 0
+    assert sim.hsa_sim_lock_count() == 0
+
+
+def test_failing_hsa_init_is_the_reason(runtime, sim):
+    sim.hsa_sim_fail(b"hsa_init", 0x1008)
+    m = runtime(OFFLOAD_PLUGINS="amdgpu", OFFLOAD_AMDGPU_HSA_LIBRARY=sim.path)
+    assert m.num_devices() == 0
+    assert "hsa_init failed: HSA_STATUS_ERROR_OUT_OF_RESOURCES" in m.records[0].reason
+
+
+def test_failed_unlock_keeps_state(amd, sim):
+    a = np.zeros(4096, np.uint8)
+    offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    sim.hsa_sim_fail(b"hsa_amd_memory_unlock", 0x1001)
+    with pytest.raises(OffloadError, match="HSA_STATUS_ERROR_INVALID_ARGUMENT"):
+        offload.runtime().get_device(0).unlock(a.ctypes.data)
+    assert amd.pinned.lookup(a.ctypes.data).count == {0: 1}
+    offload.llvm_omp_target_unlock_mem(a, 0)
+    assert sim.hsa_sim_lock_count() == 0
