@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import enum
+import os
 import threading
 from typing import Any, Optional, Sequence
 
@@ -108,7 +109,7 @@ class GenericDevice:
         with two buffers, overlap the host memcpy of one chunk with the DMA of another."""
         chunk = self.plugin.staging_chunk
         nchunks = -(-size // chunk)
-        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks))
+        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks, os.cpu_count() or 1))
 
         def work(w: int) -> None:
             lanes = [self._staging_lane(2 * w), self._staging_lane(2 * w + 1)]

@@ -366,9 +366,11 @@ class CUDAPlugin(GenericPlugin):
     priority = 10
     device_class = CUDADevice
     asynchronous = True
-    staging_threshold = 4 << 20       # unpinned pieces at least this big go through staging
-    staging_chunk = 8 << 20
-    staging_lanes = 8
+    # unpinned pieces of 4 MiB and up are staged, 4 MiB at a time, by up to 16 workers with
+    # two buffers each (chosen with bench/staging.py on an H200: see bench/RESULTS.md)
+    staging_threshold = 4 << 20
+    staging_chunk = 4 << 20
+    staging_lanes = 32
 
     def __init__(self, config):
         super().__init__(config)
