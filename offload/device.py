@@ -74,7 +74,8 @@ class Device:
         key = id(kernel.image)
         if key in self._binaries:
             return self._binaries[key]
-        found = next((b for b in kernel.image.binaries if self.plugin.is_valid_binary(b)), None)
+        found = next((b for b in kernel.image.binaries
+                      if self.plugin.is_valid_binary(b, self.local_id)), None)
         self._binaries[key] = found
         return found
 

@@ -296,13 +296,10 @@ class AMDGPUDevice(GenericDevice):
                   "hsa_queue_create")
         self.hsa_queue = q[0]
         self._dispatch_lock = threading.Lock()
-        self._staging: list[tuple[int, _Queue]] = []
         self._kernels: dict[tuple[int, str], _Kernel] = {}
 
     def _deinit_impl(self) -> None:
         lib = self.plugin.hsa.lib
-        for addr, _ in self._staging:
-            lib.hsa_amd_memory_pool_free(_ffi.cast("void *", addr))
         for exe, reader, _ in self._loaded.values():
             lib.hsa_executable_destroy(exe)
             lib.hsa_code_object_reader_destroy(reader)
@@ -364,14 +361,11 @@ class AMDGPUDevice(GenericDevice):
         self._copy(dst, dst_device.agent, src, self.agent, size, queue)
         return True
 
-    def _staging_lane(self, i: int) -> tuple[int, Any]:
-        while len(self._staging) <= i:
-            with self._lock:
-                if len(self._staging) > i:
-                    break
-                addr = self._alloc_impl(self.plugin.staging_chunk, AllocKind.HOST)
-                self._staging.append((addr, _Queue()))
-        return self._staging[i]
+    def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
+        return self._alloc_impl(size, AllocKind.HOST), _Queue()
+
+    def _free_staging_impl(self, addr: int, queue: Any) -> None:
+        self._free_impl(addr, 0, AllocKind.HOST)
 
     # ---- queues -----------------------------------------------------------
     def _create_queue_impl(self) -> _Queue:
@@ -687,14 +681,6 @@ class AMDGPUPlugin(GenericPlugin):
                 raise OffloadError(ErrorCode.INVALID_BINARY,
                                    f"code object has {feat} {setting}, device {dev.id} runs "
                                    f"with {feat} {want} ({dev.isa})")
-
-    def _is_valid_binary_impl(self, binary: Binary) -> bool:
-        try:
-            devs = self.initialized_devices()
-            self.check_binary(binary, devs[0] if devs else None)
-            return True
-        except OffloadError:
-            return False
 
     # ---- pinning hooks: one hsa_amd_memory_lock per agent that uses an entry -----
     def _lock_impl(self, device: int, host: int, size: int, first: bool,

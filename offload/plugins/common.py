@@ -78,9 +78,11 @@ class GenericDevice:
                      teams: Optional[int], threads: Optional[int], queue: Any) -> None:
         raise NotImplementedError
 
-    def _staging_lane(self, i: int) -> tuple[int, Any]:
-        """The i-th of the plugin's own pinned staging buffers, with its queue."""
+    def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
+        """A pinned host buffer of `size` bytes the device can DMA from, and a queue."""
         raise NotImplementedError
+
+    def _free_staging_impl(self, addr: int, queue: Any) -> None: ...
 
     def _create_queue_impl(self) -> Any: return None
     def _destroy_queue_impl(self, queue: Any) -> None: ...
@@ -104,6 +106,23 @@ class GenericDevice:
             self._queues.append(queue)
 
     # ---- staged transfers of unpinned memory ---------------------------------
+    def _staging_lane(self, i: int) -> tuple[int, Any]:
+        """The i-th staging buffer and its queue, made on first use."""
+        lanes = self.__dict__.setdefault("_lanes", [])
+        while len(lanes) <= i:
+            with self._lock:
+                if len(lanes) <= i:
+                    lanes.append(self._alloc_staging_impl(self.plugin.staging_chunk))
+        return lanes[i]
+
+    def free_staging(self) -> None:
+        """Stop the staging workers and free their buffers (teardown)."""
+        pool = self.__dict__.pop("_stage_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for addr, q in self.__dict__.pop("_lanes", []):
+            self._free_staging_impl(addr, q)
+
     def staged(self, to_device: bool, tgt: int, host: int, size: int) -> None:
         """Copy through the plugin's pinned staging buffers: several workers, each
         with two buffers, overlap the host memcpy of one chunk with the DMA of another."""
@@ -224,7 +243,10 @@ class GenericPlugin:
 
     def _deinit_impl(self) -> None: ...
 
-    def _is_valid_binary_impl(self, binary: Binary) -> bool: return False
+    def check_binary(self, binary: Binary, dev: Optional[GenericDevice] = None) -> None:
+        """Raise INVALID_BINARY naming the mismatch unless `binary` runs on dev
+        (on some device of this plugin when dev is None)."""
+        raise OffloadError(ErrorCode.INVALID_BINARY, f"plugin {self.name} loads no images")
 
     def _lock_impl(self, device: int, host: int, size: int, first: bool,
                    read_only: bool) -> int:
@@ -282,8 +304,13 @@ class GenericPlugin:
     def initialized_devices(self) -> list[GenericDevice]:
         return [d for d in self._devices if d is not None]
 
-    def is_valid_binary(self, binary: Binary) -> bool:
-        return self._is_valid_binary_impl(binary)
+    def is_valid_binary(self, binary: Binary, d: Optional[int] = None) -> bool:
+        """Whether `binary` runs on device d (on this plugin's devices when d is None)."""
+        try:
+            self.check_binary(binary, None if d is None else self.device(d))
+            return True
+        except OffloadError:
+            return False
 
     def load_binary(self, d: int, binary: Binary) -> Any:
         return self.device(d).load(binary)
@@ -411,6 +438,7 @@ class GenericPlugin:
                     pass
         for dev in devices:
             dev.free_all((AllocKind.HOST,))
+            dev.free_staging()
             dev._deinit_impl()
         self._deinit_impl()
 

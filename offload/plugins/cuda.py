@@ -157,7 +157,6 @@ class CUDADevice(GenericDevice):
                   "cuDevicePrimaryCtxRetain")
         self.context = ctx[0]
         self.sm = (self._attr("compute capability major"), self._attr("compute capability minor"))
-        self._staging: list[tuple[int, Any]] = []
 
     def activate(self) -> None:
         """Make this device's primary context current on the calling thread."""
@@ -177,9 +176,6 @@ class CUDADevice(GenericDevice):
         lib = self.plugin.drv.lib
         self.activate()
         for q in self._all_queues:
-            lib.cuStreamDestroy_v2(q)
-        for addr, q in self._staging:
-            lib.cuMemFreeHost(_ptr("void *", addr))
             lib.cuStreamDestroy_v2(q)
         for mod in self._loaded.values():
             lib.cuModuleUnload(mod)
@@ -240,19 +236,17 @@ class CUDADevice(GenericDevice):
                 self.release_queue(q)
         return True
 
-    def _staging_lane(self, i: int) -> tuple[int, Any]:
-        """The i-th pinned staging buffer and its stream (made on first use)."""
-        while len(self._staging) <= i:
-            with self._lock:
-                if len(self._staging) > i:
-                    break
-                self.activate()
-                p = _ffi.new("void **")
-                self.plugin.drv.check(self.plugin.drv.lib.cuMemAllocHost_v2(
-                    p, self.plugin.staging_chunk), "cuMemAllocHost(staging)")
-                self._staging.append((int(_ffi.cast("uintptr_t", p[0])),
-                                      self._create_queue_impl()))
-        return self._staging[i]
+    def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
+        self.activate()
+        p = _ffi.new("void **")
+        self.plugin.drv.check(self.plugin.drv.lib.cuMemAllocHost_v2(p, size),
+                              "cuMemAllocHost(staging)")
+        return int(_ffi.cast("uintptr_t", p[0])), self._create_queue_impl()
+
+    def _free_staging_impl(self, addr: int, queue: Any) -> None:
+        self.activate()
+        self.plugin.drv.lib.cuMemFreeHost(_ptr("void *", addr))
+        self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     # ---- queues -----------------------------------------------------------
     def _create_queue_impl(self) -> Any:
@@ -406,14 +400,6 @@ class CUDAPlugin(GenericPlugin):
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"cubin is for sm_{sm} (ELF ABI version {e.abiversion}), device "
                                f"{dev.id} is sm_{dev.sm[0]}{dev.sm[1]}")
-
-    def _is_valid_binary_impl(self, binary: Binary) -> bool:
-        try:
-            devs = self.initialized_devices()
-            self.check_binary(binary, devs[0] if devs else None)
-            return True
-        except OffloadError:
-            return False
 
     def _host_alloc_address(self, d: int, addr: int) -> int:
         return self._device_pointer(d, addr)

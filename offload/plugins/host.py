@@ -226,7 +226,7 @@ class HostPlugin(GenericPlugin):
     def _init_impl(self) -> int:
         return self.config.host_num_devices
 
-    def check_binary(self, binary: Binary) -> None:
+    def check_binary(self, binary: Binary, dev: Optional[GenericDevice] = None) -> None:
         """Raise INVALID_BINARY naming what is wrong unless this host can load it."""
         if binary.format != "elf":
             raise OffloadError(ErrorCode.INVALID_BINARY,
@@ -244,13 +244,6 @@ class HostPlugin(GenericPlugin):
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"image is {e.describe()} ({', '.join(problems)}); this host "
                                f"needs {want}")
-
-    def _is_valid_binary_impl(self, binary: Binary) -> bool:
-        try:
-            self.check_binary(binary)
-            return True
-        except OffloadError:
-            return False
 
     def _lock_impl(self, device: int, host: int, size: int, first: bool,
                    read_only: bool) -> int:
