@@ -67,6 +67,10 @@ def main() -> None:
         results[live] = per_call(lambda: dev.table.lookup(addr, 8))
         add(f"lookup, {live} live mappings", results[live],
             results[10] if live != 10 else None, "10 live")
+        inner = addr + 4                       # an interior address: the bisect path
+        results[-live] = per_call(lambda: dev.table.lookup(inner, 4))
+        add(f"lookup of an interior address, {live} live", results[-live],
+            results[-10] if live != 10 else None, "10 live")
     print(f"offload bench/overhead.py on {machine()}")
     print(table(rows, ("operation", "offload", "baseline", "ratio")))
     print(plot(os.path.join(os.path.dirname(__file__), "overhead.png"),

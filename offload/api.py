@@ -31,6 +31,7 @@ omp_invalid_device = -2
 OFFLOAD_SUCCESS = 0
 OFFLOAD_FAIL = -1
 INT_MAX = 2**31 - 1
+_I_KERNEL, _I_DUMP = int(Info.PLUGIN_KERNEL), int(Info.DUMP_TABLE)   # plain ints: fast tests
 
 # ---- the runtime ------------------------------------------------------------
 _state_lock = threading.Lock()
@@ -569,18 +570,23 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
         return
     items = _items(maps, MapType.TO | MapType.FROM)
     table = dev.table
+    spans: list[Optional[tuple[int, int]]] = []
     for a in args:
-        if isinstance(a, np.ndarray):
-            p, n = _span(a)
-            if not any(it.host < p + max(n, 1) and p < it.host + max(it.size, 1)
-                       for it in items) and table.overlapping(p, n) is None:
-                items.append(MapClause(a, MapType.TO | MapType.FROM | MapType.IMPLICIT).item())
+        if not isinstance(a, np.ndarray):
+            spans.append(None)
+            continue
+        it = next((it for it in items if it.owner is a), None)
+        p, n = (it.host, it.size) if it is not None else _span(a)
+        spans.append((p, n))
+        if it is None and not any(it.host < p + max(n, 1) and p < it.host + max(it.size, 1)
+                                  for it in items) and table.overlapping(p, n) is None:
+            items.append(MapClause(a, MapType.TO | MapType.FROM | MapType.IMPLICIT).item())
     queue = dev.get_queue()
     try:
         table.target_data_begin(items, queue)
         try:
-            kargs = [_kernel_arg(table, items, a) for a in args]
-            if table.info & Info.PLUGIN_KERNEL:
+            kargs = [_kernel_arg(table, items, a, sp) for a, sp in zip(args, spans)]
+            if table.info & _I_KERNEL:
                 print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
                       f"with {teams or 1} blocks and {threads or 'default'} threads, "
                       f"{len(kargs)} argument(s)", file=sys.stderr)
@@ -590,16 +596,17 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
             raise
         table.target_data_end(items, queue)
         dev.synchronize(queue)
-        if table.info & Info.DUMP_TABLE:
+        if table.info & _I_DUMP:
             print(table.dump(), file=sys.stderr)
     finally:
         dev.release_queue(queue)
 
 
-def _kernel_arg(table, items: Sequence[MapItem], a: Any) -> Any:
+def _kernel_arg(table, items: Sequence[MapItem], a: Any,
+                span: Optional[tuple[int, int]]) -> Any:
     """Arrays: the device address of a[0], from the clause (else mapping) that holds it."""
-    if isinstance(a, np.ndarray):
-        p, n = _span(a)
+    if span is not None:
+        p, n = span
         e = None
         for it in items:
             if it.size and it.host < p + max(n, 1) and p < it.host + it.size:

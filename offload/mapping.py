@@ -55,7 +55,7 @@ class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready")
+                 "pinned", "owned", "ready", "failed")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str, owner: Any,
                  owned: bool = True):
@@ -68,7 +68,8 @@ class HostDataToTarget:
         self.name = name
         self.pinned = False
         self.owned = owned
-        self.ready: Optional[threading.Event] = None
+        self.ready: Optional[threading.Lock] = None    # held until allocated and filled
+        self.failed = False
 
     @property
     def size(self) -> int:
@@ -104,6 +105,7 @@ class MappingTable:
         self._lock = threading.Lock()
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
+        self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
@@ -111,6 +113,9 @@ class MappingTable:
 
     def _find(self, p: int, n: int) -> tuple[Optional[HostDataToTarget], bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
+        e = self._by_start.get(p)
+        if e is not None:
+            return e, p + n <= e.hst_end
         starts = self._starts
         i = bisect.bisect_right(starts, p) - 1
         if i >= 0:
@@ -137,12 +142,14 @@ class MappingTable:
         i = bisect.bisect_left(self._starts, e.hst_begin)
         self._starts.insert(i, e.hst_begin)
         self._entries.insert(i, e)
+        self._by_start[e.hst_begin] = e
 
     def _remove(self, e: HostDataToTarget) -> None:
         i = bisect.bisect_left(self._starts, e.hst_begin)
         if i < len(self._entries) and self._entries[i] is e:
             del self._starts[i]
             del self._entries[i]
+            del self._by_start[e.hst_begin]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -183,71 +190,82 @@ class MappingTable:
         return out
 
     def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, Optional[HostDataToTarget]]:
+        """Map one item. A new entry is inserted before its allocation and first copy
+        (which run outside the table lock); others that find it wait until it is ready."""
         p, n, t = it.host, it.size, int(it.type)
         hold = bool(t & _HOLD)
-        with self._lock:
-            e, inside = self._find(p, n)
-            if e is not None and (inside or t & _IMPLICIT):
-                if hold:
-                    e.hold += 1
+        while True:
+            with self._lock:
+                e, inside = self._find(p, n)
+                if e is not None and (inside or t & _IMPLICIT):
+                    if hold:
+                        e.hold += 1
+                    else:
+                        e.dyn += 1
+                    new = False
+                elif e is not None:
+                    raise OffloadError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"explicit extension not allowed: host address specified is 0x{p:x} "
+                        f"({n} bytes), but device allocation maps to host at "
+                        f"0x{e.hst_begin:x} ({e.size} bytes)")
+                elif t & _PRESENT:
+                    raise OffloadError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"device mapping required by 'present' map type modifier does not "
+                        f"exist for host address 0x{p:x} ({n} bytes)")
+                elif n == 0:
+                    return 0, None
                 else:
-                    e.dyn += 1
-                new = False
-                if self.info & _I_EXISTS:
-                    self._say(
-                        f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
-                        f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:x}"
-                        f", Size={n}, DynRefCount={_count(e.dyn)}, "
-                        f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
-            elif e is not None:
-                raise OffloadError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"explicit extension not allowed: host address specified is 0x{p:x} "
-                    f"({n} bytes), but device allocation maps to host at 0x{e.hst_begin:x} "
-                    f"({e.size} bytes)")
-            elif t & _PRESENT:
-                raise OffloadError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"device mapping required by 'present' map type modifier does not exist "
-                    f"for host address 0x{p:x} ({n} bytes)")
-            elif n == 0:
-                return 0, None
-            else:
-                tgt = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
-                e = HostDataToTarget(p, n, tgt, it.name, it.owner)
-                if hold:
-                    e.hold = 1
-                else:
-                    e.dyn = 1
-                e.ready = threading.Event()
-                self._insert(e)
-                new = True
-                if self.info & _I_CHANGED:
-                    self._say(
-                        f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
-                        f"TgtAllocBegin=0x{tgt:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
-                        f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                        f"Name={it.name or 'unknown'}")
-        tgt = e.tgt_begin + (p - e.hst_begin)
-        if new:
-            try:
-                e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
-                                                          it.read_only) is not None
-                if t & _TO:
-                    self._copy_to(p, tgt, n, it.name, queue)
-            except BaseException:
-                with self._lock:
-                    self._remove(e)
-                self._release(e)
-                e.ready.set()
-                raise
-            e.ready.set()
-        else:
-            if e.ready is not None and not e.ready.is_set():
-                e.ready.wait()
+                    e = HostDataToTarget(p, n, 0, it.name, it.owner)
+                    if hold:
+                        e.hold = 1
+                    else:
+                        e.dyn = 1
+                    e.ready = threading.Lock()
+                    e.ready.acquire()
+                    self._insert(e)
+                    new = True
+            if new:
+                return self._make(e, it, queue), e
+            if e.ready is not None and e.ready.locked():
+                with e.ready:           # wait for its first copy
+                    pass
+                if e.failed:            # the entry we counted on never came to be
+                    continue
+            tgt = e.tgt_begin + (p - e.hst_begin)
+            if self.info & _I_EXISTS:
+                self._say(f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
+                          f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
+                          f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                          f"Name={it.name or 'unknown'}")
             if t & _TO and t & _ALWAYS and n > 0:
                 self._copy_to(p, tgt, n, it.name, queue)
-        return tgt, e
+            return tgt, e
+
+    def _make(self, e: HostDataToTarget, it: MapItem, queue: Any) -> int:
+        """Allocate, pin-reference and fill a new entry; on failure remove it."""
+        p, n = it.host, it.size
+        try:
+            e.tgt_begin = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
+            if self.info & _I_CHANGED:
+                self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
+                          f"TgtAllocBegin=0x{e.tgt_begin:x}, TgtPtrBegin=0x{e.tgt_begin:x}, "
+                          f"Size={n}, DynRefCount={_count(e.dyn)}, "
+                          f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
+            e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
+                                                      it.read_only) is not None
+            if int(it.type) & _TO:
+                self._copy_to(p, e.tgt_begin, n, it.name, queue)
+        except BaseException:
+            with self._lock:
+                self._remove(e)
+                e.failed = True
+            self._release(e)
+            e.ready.release()
+            raise
+        e.ready.release()
+        return e.tgt_begin
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
         if self.info & _I_TRANSFER:
@@ -277,7 +295,7 @@ class MappingTable:
     def _release(self, e: HostDataToTarget) -> None:
         """Free a removed entry's device memory and pin reference."""
         try:
-            if e.owned:
+            if e.owned and e.tgt_begin:
                 self.plugin.data_delete(self.device, e.tgt_begin, AllocKind.DEVICE)
         finally:
             if e.pinned:
@@ -388,4 +406,4 @@ class MappingTable:
 
     def clear(self) -> None:
         with self._lock:
-            self._starts, self._entries = [], []
+            self._starts, self._entries, self._by_start = [], [], {}

@@ -467,3 +467,61 @@ class MappingMachine(RuleBasedStateMachine):
 
 TestMappingMachine = MappingMachine.TestCase
 TestMappingMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_waiter_on_a_failing_new_entry_starts_over(rt, monkeypatch):
+    """A mapping whose allocation fails while another thread waits on it: the waiter
+    retries and maps for itself; nothing is left of the failed entry."""
+    import time
+    plugin = offload.runtime().get_device(0).plugin
+    real = plugin.data_alloc
+    calls = []
+
+    def slow_then_fail(d, n, kind):
+        calls.append(n)
+        if len(calls) == 1:
+            time.sleep(0.2)
+            raise OffloadError(ErrorCode.OUT_OF_RESOURCES, "injected allocation failure")
+        return real(d, n, kind)
+
+    monkeypatch.setattr(plugin, "data_alloc", slow_then_fail)
+    a = np.arange(100, dtype=np.int32)
+    errors = []
+
+    def first():
+        try:
+            offload.target_enter_data(offload.to(a), device=0)
+        except OffloadError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=first)
+    t.start()
+    time.sleep(0.05)
+    offload.target_enter_data(offload.to(a), device=0)      # waits, then maps itself
+    t.join()
+    assert len(errors) == 1 and "injected" in str(errors[0])
+    e = table().lookup(a.ctypes.data, a.nbytes)
+    assert e.dyn == 1 and len(table()) == 1
+    np.testing.assert_array_equal(device_view(a), np.arange(100))
+    offload.target_exit_data(offload.release(a), device=0)
+    assert len(table()) == 0 and allocs() == {}
+
+
+def test_many_threads_map_one_array(rt, add_one):
+    a = np.zeros(4096, np.int32)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(300):
+                offload.target_enter_data(offload.to(a), device=0)
+                offload.target_exit_data(offload.release(a), device=0)
+        except Exception as exc:          # pragma: no cover
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == [] and len(table()) == 0 and allocs() == {}
