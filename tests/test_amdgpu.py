@@ -181,7 +181,8 @@ def test_real_libhsa_without_gpu_reports_hsa_status():
         pytest.skip("libhsa-runtime64.so.1 not installed (Debian libhsa-runtime64-1)")
     if os.path.exists("/dev/kfd"):
         pytest.skip("/dev/kfd exists: this machine may have an AMD GPU")
-    env = dict(os.environ, PYTHONPATH=ROOT, OFFLOAD_PLUGINS="amdgpu,host")
+    env = dict(os.environ, OFFLOAD_PLUGINS="amdgpu,host",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     env.pop("OFFLOAD_AMDGPU_HSA_LIBRARY", None)
     out = subprocess.run([sys.executable, "-m", "offload.cli"], capture_output=True, text=True,
                          env=env, check=True).stdout

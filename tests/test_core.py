@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_offload_info_lists_host_and_says_why_gpus_have_none():
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     env.pop("OFFLOAD_PLUGINS", None)
     out = subprocess.run([sys.executable, "-m", "offload.cli"], capture_output=True,
                          text=True, env=env, check=True).stdout

@@ -181,7 +181,9 @@ def test_mlock_beyond_rlimit_names_the_limit(runtime):
         "except offload.OffloadError as e:\n"
         "    print(e.code.name, str(e))\n")
     env = dict(os.environ, OFFLOAD_PLUGINS="host",
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+               PYTHONPATH=os.pathsep.join(filter(None, [
+                   os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   os.environ.get("PYTHONPATH")])),
                OFFLOAD_CACHE_DIR="/tmp/offload-rlimit-test")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env)
