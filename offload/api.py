@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import contextlib
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from . import config as _config
 from .config import Info, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
-from .image import Image, Kernel, compile_c, load_image
+from .image import Image, Kernel
 from .mapping import MapItem, MapType
 from .plugin_manager import PluginManager
 from .plugins.common import AllocKind
@@ -720,6 +719,7 @@ class Pinned:
         self.size = size
         self.device_address = device_address
         self._dev = dev
+        self._runtime = _rt()              # the runtime that holds the pin
         self._lock = threading.Lock()
         self._locked = True
 
@@ -734,7 +734,7 @@ class Pinned:
                                    f"already unlocked: 0x{self.host:x} ({self.size} bytes) "
                                    f"on device {self.device}")
             self._locked = False
-        if _torn_down():
+        if self._runtime.is_shut:          # torn down since: the pin went with it
             return
         self._dev.unlock(self.host)
 

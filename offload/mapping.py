@@ -11,7 +11,7 @@ import math
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .config import Info
 from .errors import ErrorCode, OffloadError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import enum
 import threading
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from .errors import ErrorCode, OffloadError
 

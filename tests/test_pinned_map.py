@@ -3,7 +3,7 @@ import threading
 
 import pytest
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from offload.errors import ErrorCode, OffloadError
 from offload.pinned import Kind, PinnedMap

@@ -12,7 +12,7 @@ import io
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import cffi
 

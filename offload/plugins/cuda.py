@@ -10,7 +10,7 @@ import ctypes.util
 import glob
 import os
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import cffi
 
