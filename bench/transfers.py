@@ -4,7 +4,7 @@ One run, sizes 1 MiB to 2 GiB: raw driver pageable and pinned copies (the
 baselines), offload target_update to/from of a present array (pure transfer),
 enter/exit and target map(tofrom) round trips (allocation included), each
 with the array prelocked, unlocked, and unlocked with
-LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS=on; PyTorch/CuPy where importable.
+LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS=on; PyTorch/CuPy/numba where importable.
 Prints GB/s and ratios to the raw pinned copy; writes bench/transfers.png.
 Usage: python bench/transfers.py [max_size_MiB]
 """
@@ -107,6 +107,13 @@ def frameworks(size: int) -> dict:
         out["cupy pageable H2D"] = timed(lambda: (g.set(a), cupy.cuda.Device().synchronize()))
     except Exception as exc:     # noqa: BLE001
         out["cupy"] = repr(exc)
+    try:
+        from numba import cuda as ncuda
+        a = np.ones(size, np.uint8)
+        g = ncuda.device_array(size, np.uint8)
+        out["numba pageable H2D"] = timed(lambda: (g.copy_to_device(a), ncuda.synchronize()))
+    except Exception as exc:     # noqa: BLE001
+        out["numba"] = repr(exc)
     return out
 
 

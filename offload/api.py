@@ -769,10 +769,10 @@ def locked(a: Any, device: Optional[int] = None) -> Pinned:
 
 
 # ---- kernels and introspection --------------------------------------------------------
-def compile_cuda(source: str, *, arch: Optional[str] = None) -> Image:
-    """Compile CUDA C++ with NVRTC into a cubin image (needs libnvrtc)."""
+def compile_cuda(source: str, *, arch: Optional[str] = None, ptx: bool = False) -> Image:
+    """Compile CUDA C++ with NVRTC into a cubin (or PTX) image (needs libnvrtc)."""
     from .plugins.cuda import compile_cuda as _compile
-    return _compile(source, arch=arch)
+    return _compile(source, arch=arch, ptx=ptx)
 
 
 @dataclass

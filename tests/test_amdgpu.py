@@ -226,6 +226,31 @@ def test_unpinned_data_is_staged(amd, kernels):
     assert offload.runtime().get_device(1).stats["to unpinned"] == a.nbytes
 
 
+def test_concurrent_staged_transfers_do_not_share_buffers(amd):
+    """Every unpinned byte is staged on HSA: four threads at once, each its own data."""
+    import threading
+    arrays = [np.full((5 << 20) // 4, i, np.int32) for i in range(4)]
+    errors = []
+
+    def work(a, i):
+        try:
+            for _ in range(3):
+                with offload.target_data(offload.to(a), device=0):
+                    a[:] = -1
+                    offload.target_update(from_=[a], device=0)
+                    if not (a == i).all():
+                        errors.append(f"array {i} came back wrong")
+        except Exception as exc:          # pragma: no cover
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work, args=(a, i)) for i, a in enumerate(arrays)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+
+
 def test_lock_twice_unlock_twice(amd, sim):
     a = np.zeros(4096, np.uint8)
     p1 = offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)

@@ -64,6 +64,14 @@ def test_prelock_twin(cu, k):
     assert not pin.locked
 
 
+def test_ptx_image_runs(cu):
+    ptx = offload.compile_cuda(KERNELS, ptx=True)
+    assert ptx.binaries[0].format == "ptx" and "add_one" in ptx.kernels
+    a = np.zeros(1000, np.int32)
+    offload.target(ptx.add_one, a, 0, 1000, map=[offload.tofrom(a)], device=0, **blocks(1000))
+    assert (a == 1).all()
+
+
 def test_lock_twice_unlock_twice_one_registration(cu):
     a = np.zeros(1 << 16, np.float32)
     p1 = offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)

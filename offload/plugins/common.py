@@ -106,34 +106,47 @@ class GenericDevice:
             self._queues.append(queue)
 
     # ---- staged transfers of unpinned memory ---------------------------------
-    def _staging_lane(self, i: int) -> tuple[int, Any]:
-        """The i-th staging buffer and its queue, made on first use."""
-        lanes = self.__dict__.setdefault("_lanes", [])
-        while len(lanes) <= i:
-            with self._lock:
-                if len(lanes) <= i:
-                    lanes.append(self._alloc_staging_impl(self.plugin.staging_chunk))
-        return lanes[i]
+    def _take_lanes(self, count: int) -> list[tuple[int, Any]]:
+        """A set of at least `count` staging buffers with their queues, for one transfer
+        alone (concurrent transfers get sets of their own; sets are reused)."""
+        with self._lock:
+            free = self.__dict__.setdefault("_free_lanes", [])
+            lanes = free.pop() if free else []
+            if not lanes:
+                self.__dict__.setdefault("_lane_sets", []).append(lanes)
+        while len(lanes) < count:
+            lanes.append(self._alloc_staging_impl(self.plugin.staging_chunk))
+        return lanes
+
+    def _give_lanes(self, lanes: list[tuple[int, Any]]) -> None:
+        with self._lock:
+            self._free_lanes.append(lanes)
 
     def free_staging(self) -> None:
         """Stop the staging workers and free their buffers (teardown)."""
         pool = self.__dict__.pop("_stage_pool", None)
         if pool is not None:
             pool.shutdown(wait=True)
-        for addr, q in self.__dict__.pop("_lanes", []):
-            self._free_staging_impl(addr, q)
+        self.__dict__.pop("_free_lanes", None)
+        for lanes in self.__dict__.pop("_lane_sets", []):
+            for addr, q in lanes:
+                self._free_staging_impl(addr, q)
 
     def staged(self, to_device: bool, tgt: int, host: int, size: int) -> None:
-        """Copy through the plugin's pinned staging buffers: several workers, each
-        with two buffers, overlap the host memcpy of one chunk with the DMA of another."""
+        """Copy through the plugin's pinned staging buffers: several workers, each with
+        two buffers, take chunks as they free up (a slow worker delays no one) and
+        overlap the host memcpy of one chunk with the DMA of another."""
         chunk = self.plugin.staging_chunk
         nchunks = -(-size // chunk)
-        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks, os.cpu_count() or 1))
+        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks,
+                             (os.cpu_count() or 2) - 1))
+        todo = iter(range(nchunks))            # shared: next() is atomic under the GIL
+        all_lanes = self._take_lanes(2 * workers)
 
         def work(w: int) -> None:
-            lanes = [self._staging_lane(2 * w), self._staging_lane(2 * w + 1)]
+            lanes = all_lanes[2 * w:2 * w + 2]
             pending: list[Optional[tuple[int, int]]] = [None, None]
-            for j, c in enumerate(range(w, nchunks, workers)):
+            for j, c in enumerate(todo):
                 buf, q = lanes[j % 2]
                 off = c * chunk
                 n = min(chunk, size - off)
@@ -154,16 +167,22 @@ class GenericDevice:
                 if pending[k] is not None:
                     memmove(host + pending[k][0], lanes[k][0], pending[k][1])
 
-        if workers == 1:
-            work(0)
-            return
-        pool = self.__dict__.get("_stage_pool")
-        if pool is None:
-            with self._lock:
-                pool = self.__dict__.setdefault("_stage_pool", concurrent.futures.ThreadPoolExecutor(
-                    self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging"))
-        for f in [pool.submit(work, w) for w in range(workers)]:
-            f.result()
+        try:
+            if workers == 1:
+                work(0)
+                return
+            pool = self.__dict__.get("_stage_pool")
+            if pool is None:
+                with self._lock:
+                    pool = self.__dict__.setdefault(
+                        "_stage_pool", concurrent.futures.ThreadPoolExecutor(
+                            self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging"))
+            futures = [pool.submit(work, w) for w in range(workers)]
+            concurrent.futures.wait(futures)       # all done before the lanes go back
+            for f in futures:
+                f.result()
+        finally:
+            self._give_lanes(all_lanes)
 
     # ---- allocations ------------------------------------------------------
     def alloc(self, size: int, kind: AllocKind) -> int:

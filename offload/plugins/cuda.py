@@ -86,6 +86,8 @@ nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet);
 nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
 nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);
 nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);
+nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet);
+nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 """
 
 # enum values, given explicitly (checked against cuda.h by tests/test_cuda_header.py)
@@ -498,8 +500,9 @@ def _load_nvrtc():
                        f"(tried {len(cands)} names; set OFFLOAD_CUDA_NVRTC_LIBRARY)")
 
 
-def compile_cuda(source: str, arch: Optional[str] = None) -> Image:
-    """CUDA C++ -> cubin with NVRTC; arch defaults to device 0's (e.g. 'sm_90')."""
+def compile_cuda(source: str, arch: Optional[str] = None, ptx: bool = False) -> Image:
+    """CUDA C++ -> cubin (or PTX, which the driver JIT-compiles) with NVRTC; arch
+    defaults to device 0's (e.g. 'sm_90'; 'compute_90' for PTX)."""
     lib = _load_nvrtc()
     if arch is None:
         from .. import api
@@ -519,6 +522,8 @@ def compile_cuda(source: str, arch: Optional[str] = None) -> Image:
     check(lib.nvrtcCreateProgram(prog, source.encode(), b"offload.cu", 0, _nvrtc_ffi.NULL,
                                  _nvrtc_ffi.NULL), "nvrtcCreateProgram")
     try:
+        if ptx:
+            arch = arch.replace("sm_", "compute_")
         opts = [_nvrtc_ffi.new("char[]", f"--gpu-architecture={arch}".encode())]
         rc = lib.nvrtcCompileProgram(prog[0], len(opts), opts)
         if rc != 0:
@@ -529,10 +534,12 @@ def compile_cuda(source: str, arch: Optional[str] = None) -> Image:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"compile_cuda failed:\n{_nvrtc_ffi.string(log).decode()}")
         n = _nvrtc_ffi.new("size_t *")
-        check(lib.nvrtcGetCUBINSize(prog[0], n), "nvrtcGetCUBINSize")
+        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx
+                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
+        check(get_size(prog[0], n), "nvrtcGet(PTX|CUBIN)Size")
         out = _nvrtc_ffi.new("char[]", n[0])
-        check(lib.nvrtcGetCUBIN(prog[0], out), "nvrtcGetCUBIN")
-        data = bytes(_nvrtc_ffi.buffer(out, n[0]))
+        check(get(prog[0], out), "nvrtcGet(PTX|CUBIN)")
+        data = bytes(_nvrtc_ffi.buffer(out, n[0])).rstrip(b"\0")
     finally:
         lib.nvrtcDestroyProgram(prog)
     from ..image import Binary as _B
