@@ -159,6 +159,18 @@ def test_large_unpinned_round_trip_staged(cu):
     np.testing.assert_array_equal(a, b)
 
 
+def test_kernel_then_staged_copy_back(cu, k):
+    """An unpinned array large enough to be staged: the copy back must wait for the
+    kernel enqueued before it (staging runs on streams of its own)."""
+    n = 64 << 18                                   # 64 MiB of int32
+    for _ in range(3):
+        a = np.zeros(n, np.int32)
+        offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=0, **blocks(n))
+        assert (a == 1).all()
+    s = offload.runtime().get_device(0).stats
+    assert s["from unpinned"] >= 3 * a.nbytes and s["from pinned"] == 0
+
+
 def test_enter_exit_update_round_trip(cu, k):
     a = np.zeros(4096, np.int32)
     offload.target_enter_data(offload.to(a), device=0)

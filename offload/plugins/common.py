@@ -51,6 +51,9 @@ class GenericDevice:
         self._all_queues: list[Any] = []
         #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
         self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
+        self._lane_sets: list[list[tuple[int, Any]]] = []    # staging buffers, all made
+        self._free_lanes: list[list[tuple[int, Any]]] = []   # ... and those not in use
+        self._stage_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> None: ...
@@ -110,10 +113,9 @@ class GenericDevice:
         """A set of at least `count` staging buffers with their queues, for one transfer
         alone (concurrent transfers get sets of their own; sets are reused)."""
         with self._lock:
-            free = self.__dict__.setdefault("_free_lanes", [])
-            lanes = free.pop() if free else []
+            lanes = self._free_lanes.pop() if self._free_lanes else []
             if not lanes:
-                self.__dict__.setdefault("_lane_sets", []).append(lanes)
+                self._lane_sets.append(lanes)
         while len(lanes) < count:
             lanes.append(self._alloc_staging_impl(self.plugin.staging_chunk))
         return lanes
@@ -124,11 +126,11 @@ class GenericDevice:
 
     def free_staging(self) -> None:
         """Stop the staging workers and free their buffers (teardown)."""
-        pool = self.__dict__.pop("_stage_pool", None)
+        pool, self._stage_pool = self._stage_pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        self.__dict__.pop("_free_lanes", None)
-        for lanes in self.__dict__.pop("_lane_sets", []):
+        sets, self._lane_sets, self._free_lanes = self._lane_sets, [], []
+        for lanes in sets:
             for addr, q in lanes:
                 self._free_staging_impl(addr, q)
 
@@ -171,12 +173,11 @@ class GenericDevice:
             if workers == 1:
                 work(0)
                 return
-            pool = self.__dict__.get("_stage_pool")
-            if pool is None:
-                with self._lock:
-                    pool = self.__dict__.setdefault(
-                        "_stage_pool", concurrent.futures.ThreadPoolExecutor(
-                            self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging"))
+            with self._lock:
+                if self._stage_pool is None:
+                    self._stage_pool = concurrent.futures.ThreadPoolExecutor(
+                        self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging")
+                pool = self._stage_pool
             futures = [pool.submit(work, w) for w in range(workers)]
             concurrent.futures.wait(futures)       # all done before the lanes go back
             for f in futures:
@@ -375,6 +376,8 @@ class GenericPlugin:
         try:
             for off, n, via in self.pinned.translate(host, size, d):
                 if via is None and stage is not None and n >= stage:
+                    if q is not None:          # staging runs on queues of its own: what
+                        dev._sync_impl(q)      # was enqueued before (a kernel) goes first
                     dev.staged(to_device, tgt + off, host + off, n)
                 elif to_device:
                     dev._submit_impl(tgt + off, host + off, n, q, via)

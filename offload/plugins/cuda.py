@@ -159,6 +159,7 @@ class CUDADevice(GenericDevice):
                   "cuDevicePrimaryCtxRetain")
         self.context = ctx[0]
         self.sm = (self._attr("compute capability major"), self._attr("compute capability minor"))
+        self._functions: dict[tuple[int, str], tuple[Any, list[int]]] = {}
 
     def activate(self) -> None:
         """Make this device's primary context current on the calling thread."""
@@ -285,7 +286,7 @@ class CUDADevice(GenericDevice):
         return mod[0]
 
     def function(self, module: Any, name: str) -> tuple[Any, list[int]]:
-        cache = self.__dict__.setdefault("_functions", {})
+        cache = self._functions
         key = (int(_ffi.cast("uintptr_t", module)), name)
         if key in cache:
             return cache[key]
