@@ -25,6 +25,11 @@ extern "C" __global__ void add_one(int *a, long lo, long hi) {
   long i = lo + blockIdx.x * (long)blockDim.x + threadIdx.x;
   if (i < hi) a[i] += 1;
 }
+extern "C" __global__ void slow_set(int *a, long n, int v) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  __nanosleep(200000);                       // ~0.2 ms a wave: a kernel that takes a while
+  if (i < n) a[i] = v;
+}
 extern "C" __global__ void copy_f(float *dst, const float *src, long n) {
   long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
   if (i < n) dst[i] = src[i];
@@ -163,10 +168,10 @@ def test_kernel_then_staged_copy_back(cu, k):
     """An unpinned array large enough to be staged: the copy back must wait for the
     kernel enqueued before it (staging runs on streams of its own)."""
     n = 64 << 18                                   # 64 MiB of int32
-    for _ in range(3):
+    for v in (1, 2, 3):
         a = np.zeros(n, np.int32)
-        offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=0, **blocks(n))
-        assert (a == 1).all()
+        offload.target(k.slow_set, a, n, v, map=[offload.tofrom(a)], device=0, **blocks(n))
+        assert (a == v).all()
     s = offload.runtime().get_device(0).stats
     assert s["from unpinned"] >= 3 * a.nbytes and s["from pinned"] == 0
 
