@@ -70,6 +70,7 @@ def sim(tmp_path_factory):
     lib.hsa_sim_calls.argtypes = [ctypes.c_char_p]
     lib.hsa_sim_calls.restype = ctypes.c_long
     lib.hsa_sim_lock_count.restype = ctypes.c_long
+    lib.hsa_sim_last_copy_deps.restype = ctypes.c_uint32
     lib.hsa_amd_memory_lock.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                                         ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     lib.hsa_amd_memory_unlock.argtypes = [ctypes.c_void_p]
@@ -362,6 +363,17 @@ def test_images_for_another_target_are_refused(amd, code_objects):
             offload.target(img.add_one, np.zeros(4, np.int32), 0, 4, device=0)
     finally:
         del os.environ["OMP_TARGET_OFFLOAD"]
+
+
+def test_copy_back_waits_for_the_kernel(amd, sim, kernels):
+    """The copy back after a kernel names the kernel's completion signal as a
+    dependency (HSA copies and dispatches are not ordered by themselves)."""
+    a = np.zeros(1024, np.int32)
+    with offload.locked(a, device=0):
+        offload.target(kernels.add_one, a, 0, 1024, map=[offload.tofrom(a)], device=0,
+                       **blocks(1024))
+    assert sim.hsa_sim_last_copy_deps() >= 1
+    assert (a == 1).all()
 
 
 def test_dispatch_packet_carries_grid_and_workgroup(amd, kernels):

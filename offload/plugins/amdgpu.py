@@ -328,9 +328,12 @@ class AMDGPUDevice(GenericDevice):
               queue: Optional[_Queue]) -> None:
         hsa = self.plugin.hsa
         sig = self.plugin.signal()
+        # in queue order: the copy waits for what the queue still runs (a kernel)
+        deps = list(queue.pending) if queue is not None else []
+        dep_array = _ffi.new("hsa_signal_t[]", deps) if deps else _ffi.NULL
         status = hsa.lib.hsa_amd_memory_async_copy(
             _ffi.cast("void *", dst), dst_agent, _ffi.cast("void *", src), src_agent, size,
-            0, _ffi.NULL, sig)
+            len(deps), dep_array, sig)
         if status != HSA_STATUS_SUCCESS:
             hsa.lib.hsa_signal_destroy(sig)
             hsa.check(status, f"hsa_amd_memory_async_copy({size} bytes)")

@@ -10,7 +10,7 @@
  * dispatch packets run a host function registered for the kernel symbol.
  *
  * Test hooks: hsa_sim_register_kernel, hsa_sim_fail, hsa_sim_calls,
- * hsa_sim_lock_count. HSA_SIM_GPU_ISA overrides the GPUs' ISA name.
+ * hsa_sim_lock_count, hsa_sim_last_copy_deps. HSA_SIM_GPU_ISA overrides the GPUs' ISA name.
  */
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
@@ -431,11 +431,15 @@ hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t sig, hsa_signal_condit
 }
 
 /* ---- async copies ---------------------------------------------------------- */
+static uint32_t last_copy_deps;
+uint32_t hsa_sim_last_copy_deps(void) { return last_copy_deps; }
+
 hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent,
     size_t size, uint32_t ndeps, const hsa_signal_t *deps, hsa_signal_t completion) {
   ENTER("hsa_amd_memory_async_copy");
   if (!dst || !src) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   if (agent_index(dst_agent) < 0 || agent_index(src_agent) < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+  last_copy_deps = ndeps;
   for (uint32_t k = 0; k < ndeps; k++)
     hsa_signal_wait_scacquire(deps[k], HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX, HSA_WAIT_STATE_BLOCKED);
   memmove(host_of(dst), host_of(src), size);
