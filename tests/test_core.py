@@ -10,6 +10,7 @@ import pytest
 
 import offload
 from offload import ErrorCode, OffloadError
+from offload.plugins.common import AllocKind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -306,3 +307,36 @@ def test_threads_alloc_copy_free(rt):
         t.join()
     assert errors == []
     assert offload.runtime().get_device(0).generic._allocs == {}
+
+
+def test_device_memory_pool_reuses_same_size_and_gives_back_on_oom(rt, monkeypatch):
+    """A plugin with a pool: freed memory serves the next allocation of the same size;
+    an allocation that runs out of memory first empties the pool, then retries."""
+    dev = offload.runtime().get_device(0).generic
+    monkeypatch.setattr(dev.plugin, "device_pool_bytes", 8192)
+    a = dev.alloc(4096, AllocKind.DEVICE)
+    dev.free(a)
+    assert dev.allocation(a) is None                       # freed as far as users go
+    assert dev.alloc(4096, AllocKind.DEVICE) == a          # ... and reused
+    b = dev.alloc(1000, AllocKind.DEVICE)
+    assert b != a
+    dev.free(a)
+    dev.free(b)
+    big = dev.alloc(100000, AllocKind.DEVICE)
+    dev.free(big)                                          # over the limit: really freed
+    assert dev._pool_bytes == 4096 + 1000
+    freed = []
+    real = dev._alloc_impl
+    real_free = dev._free_impl
+
+    def oom_once(size, kind):
+        if not freed:
+            raise OffloadError(ErrorCode.OUT_OF_RESOURCES, "out of device memory (injected)")
+        return real(size, kind)
+
+    monkeypatch.setattr(dev, "_alloc_impl", oom_once)
+    monkeypatch.setattr(dev, "_free_impl", lambda addr, size, kind: (freed.append(addr),
+                                                                     real_free(addr, size, kind)))
+    c = dev.alloc(50000, AllocKind.DEVICE)
+    assert sorted(freed) == sorted([a, b]) and dev._pool_bytes == 0
+    dev.free(c)

@@ -550,6 +550,7 @@ class AMDGPUPlugin(GenericPlugin):
     priority = 20
     device_class = AMDGPUDevice
     asynchronous = True
+    device_pool_bytes = 1 << 30     # reuse freed device memory (up to 1 GiB)
     staging_threshold = 1          # HSA copies only pinned memory: stage every unpinned piece
     staging_chunk = 8 << 20
     staging_lanes = 8

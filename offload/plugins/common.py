@@ -54,6 +54,8 @@ class GenericDevice:
         self._lane_sets: list[list[tuple[int, Any]]] = []    # staging buffers, all made
         self._free_lanes: list[list[tuple[int, Any]]] = []   # ... and those not in use
         self._stage_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool: dict[int, list[int]] = {}        # freed device memory, by exact size
+        self._pool_bytes = 0
 
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> None: ...
@@ -190,7 +192,19 @@ class GenericDevice:
         if size <= 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot allocate {size} bytes: size must be positive")
-        addr = self._alloc_impl(size, kind)
+        with self._lock:
+            cached = self._pool.get(size) if kind is AllocKind.DEVICE else None
+            if cached:
+                addr = cached.pop()
+                self._pool_bytes -= size
+                self._allocs[addr] = (size, kind)
+                return addr
+        try:
+            addr = self._alloc_impl(size, kind)
+        except OffloadError as exc:
+            if exc.code is not ErrorCode.OUT_OF_RESOURCES or not self.trim_pool():
+                raise
+            addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
         with self._lock:
             self._allocs[addr] = (size, kind)
         return addr
@@ -204,8 +218,23 @@ class GenericDevice:
                                    f"0x{addr:x} is not memory allocated{what} on device "
                                    f"{self.id} of plugin {self.plugin.name}")
             del self._allocs[addr]
-        self._free_impl(addr, rec[0], rec[1])
-        return rec[0]
+            size, kind = rec
+            if kind is AllocKind.DEVICE and \
+                    self._pool_bytes + size <= self.plugin.device_pool_bytes:
+                self._pool.setdefault(size, []).append(addr)     # kept for the next alloc
+                self._pool_bytes += size
+                return size
+        self._free_impl(addr, size, kind)
+        return size
+
+    def trim_pool(self) -> int:
+        """Give the pool's cached device memory back to the driver; bytes freed."""
+        with self._lock:
+            pool, self._pool, freed, self._pool_bytes = self._pool, {}, self._pool_bytes, 0
+        for size, addrs in pool.items():
+            for addr in addrs:
+                self._free_impl(addr, size, AllocKind.DEVICE)
+        return freed
 
     def allocation(self, addr: int) -> Optional[tuple[int, AllocKind]]:
         return self._allocs.get(addr)
@@ -243,6 +272,9 @@ class GenericPlugin:
     device_class = GenericDevice
     #: copies on a queue may still run after the call returns (GPU plugins)
     asynchronous = False
+    #: freed device memory kept for reuse by an allocation of the same size, at most
+    #: this many bytes (0: none); given back when an allocation runs out of memory
+    device_pool_bytes = 0
     #: unpinned pieces of at least this many bytes go through staging (None: never)
     staging_threshold: Optional[int] = None
     staging_chunk = 8 << 20
@@ -450,6 +482,7 @@ class GenericPlugin:
         for dev in devices:
             dev.drain()
             dev.free_all((AllocKind.DEVICE, AllocKind.SHARED))
+            dev.trim_pool()
         for e in self.pinned.clear():                    # alloc_host memory is freed below
             devs = sorted(e.ours)
             owned = e.kind not in (Kind.EXTERNAL, Kind.ALLOC_HOST)

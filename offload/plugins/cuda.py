@@ -363,6 +363,7 @@ class CUDAPlugin(GenericPlugin):
     priority = 10
     device_class = CUDADevice
     asynchronous = True
+    device_pool_bytes = 1 << 30     # reuse freed device memory (up to 1 GiB)
     # unpinned pieces of 4 MiB and up are staged, 4 MiB at a time, by up to 16 workers with
     # two buffers each (chosen with bench/staging.py on an H200: see bench/RESULTS.md)
     staging_threshold = 4 << 20
