@@ -440,3 +440,24 @@ def test_failed_unlock_keeps_state(amd, sim):
     assert amd.pinned.lookup(a.ctypes.data).count == {0: 1}
     offload.llvm_omp_target_unlock_mem(a, 0)
     assert sim.hsa_sim_lock_count() == 0
+
+
+def test_machine_table_matches_the_compiler(tmp_path):
+    """Every EF_AMDGPU_MACH value of ours that clang can target, against clang's output
+    (this caught two wrong entries that ROCm 5.2.3's header is too old to define)."""
+    if not CLANG:
+        pytest.skip("clang-19 not installed: cannot build AMDGPU objects")
+    src = tmp_path / "k.c"
+    src.write_text("__attribute__((amdgpu_kernel)) void k(int *a) { a[0] = 1; }\n")
+    checked = []
+    for proc in sorted(set(amdgpu.MACHINES.values())):
+        obj = tmp_path / f"{proc}.o"
+        res = subprocess.run([CLANG, "--target=amdgcn-amd-amdhsa", f"-mcpu={proc}",
+                              "-nogpulib", "-c", str(src), "-o", str(obj)],
+                             capture_output=True)
+        if res.returncode != 0:          # a processor newer than this clang
+            continue
+        flags = offload.load_image(obj.read_bytes(), prototypes={}).binaries[0].elf.flags
+        assert amdgpu.code_object_target(flags)[0] == proc, (proc, hex(flags))
+        checked.append(proc)
+    assert len(checked) >= 30, checked

@@ -187,9 +187,9 @@ MACHINES = {  # EF_AMDGPU_MACH_AMDGCN_* -> processor
     0x039: "gfx1033", 0x03A: "gfx602", 0x03B: "gfx705", 0x03C: "gfx805", 0x03D: "gfx1035",
     0x03E: "gfx1034", 0x03F: "gfx90a", 0x040: "gfx940", 0x041: "gfx1100", 0x042: "gfx1013",
     0x043: "gfx1150", 0x044: "gfx1103", 0x045: "gfx1036", 0x046: "gfx1101",
-    0x047: "gfx1102", 0x04B: "gfx941", 0x04C: "gfx942", 0x04E: "gfx1200",
-    0x04F: "gfx1201", 0x050: "gfx950",
-}
+    0x047: "gfx1102", 0x048: "gfx1200", 0x04A: "gfx1151", 0x04B: "gfx941", 0x04C: "gfx942",
+    0x04E: "gfx1201", 0x055: "gfx1152",
+}  # checked against ROCm 5.2.3's amd_hsa_elf.h and against clang-19's output (tests)
 NT_AMDGPU_METADATA = 32
 
 _ffi = cffi.FFI()
