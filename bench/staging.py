@@ -28,7 +28,8 @@ def main() -> None:
         f"{s * MiB / base[s]['raw pageable D2H'] / 1e9:5.1f}" for s in sizes]))
     settings = [tuple(int(x) for x in arg.split(":")) for arg in sys.argv[1:]] or \
         [(c, n) for c in (2, 4, 8) for n in (8, 16)]
-    for chunk, lanes in settings:
+    for setting in settings:
+        chunk, lanes = setting[:2]
         if True:
             offload.shutdown()
             CUDAPlugin.staging_chunk = chunk * MiB
