@@ -28,20 +28,18 @@ def main() -> None:
         f"{s * MiB / base[s]['raw pageable D2H'] / 1e9:5.1f}" for s in sizes]))
     settings = [tuple(int(x) for x in arg.split(":")) for arg in sys.argv[1:]] or \
         [(c, n) for c in (2, 4, 8) for n in (8, 16)]
-    for setting in settings:
-        chunk, lanes = setting[:2]
-        if True:
-            offload.shutdown()
-            CUDAPlugin.staging_chunk = chunk * MiB
-            CUDAPlugin.staging_lanes = lanes
-            cells = []
-            for s in sizes:
-                a = np.ones(s * MiB, np.uint8)
-                with offload.target_data(offload.alloc(a), device=0):
-                    t_to = timed(lambda: offload.target_update(to=[a], device=0))
-                    t_from = timed(lambda: offload.target_update(from_=[a], device=0))
-                cells.append(f"{s * MiB / t_to / 1e9:5.1f}/{s * MiB / t_from / 1e9:5.1f}")
-            rows.append((f"chunk {chunk} MiB, {lanes} lanes", *cells))
+    for chunk, lanes in settings:
+        offload.shutdown()
+        CUDAPlugin.staging_chunk = chunk * MiB
+        CUDAPlugin.staging_lanes = lanes
+        cells = []
+        for s in sizes:
+            a = np.ones(s * MiB, np.uint8)
+            with offload.target_data(offload.alloc(a), device=0):
+                t_to = timed(lambda: offload.target_update(to=[a], device=0))
+                t_from = timed(lambda: offload.target_update(from_=[a], device=0))
+            cells.append(f"{s * MiB / t_to / 1e9:5.1f}/{s * MiB / t_from / 1e9:5.1f}")
+        rows.append((f"chunk {chunk} MiB, {lanes} lanes", *cells))
     print(table(rows, ("GB/s to/from (unlocked)", *[f"{s} MiB" for s in sizes])))
     offload.shutdown()
 
