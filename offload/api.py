@@ -22,8 +22,8 @@ from .errors import ErrorCode, OffloadError
 from .image import Image, Kernel
 from .mapping import MapItem, MapType
 from .plugin_manager import PluginManager
-from .plugins.common import AllocKind
-from .plugins.host import HostPlugin, memmove
+from .plugins.common import AllocKind, memmove
+from .plugins.host import HostPlugin
 
 omp_initial_device = -1
 omp_invalid_device = -2
@@ -770,8 +770,13 @@ def locked(a: Any, device: Optional[int] = None) -> Pinned:
 
 # ---- kernels and introspection --------------------------------------------------------
 def compile_cuda(source: str, *, arch: Optional[str] = None, ptx: bool = False) -> Image:
-    """Compile CUDA C++ with NVRTC into a cubin (or PTX) image (needs libnvrtc)."""
+    """Compile CUDA C++ with NVRTC into a cubin (or PTX) image (needs libnvrtc);
+    `arch` defaults to the first CUDA device's, else sm_90."""
+    from .plugins.cuda import CUDAPlugin
     from .plugins.cuda import compile_cuda as _compile
+    if arch is None:
+        arch = next((a for p in _rt().plugins if isinstance(p, CUDAPlugin)
+                     for a in [p.architecture()] if a), "sm_90")
     return _compile(source, arch=arch, ptx=ptx)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import ErrorCode, OffloadError
 
@@ -91,7 +91,6 @@ class Config:
     cuda_library: str = "libcuda.so.1"
     nvrtc_library: str = ""
     hsa_library: str = "libhsa-runtime64.so.1"
-    extra: dict = field(default_factory=dict)
 
 
 def read() -> Config:

@@ -1,6 +1,7 @@
 """Device: one per plugin device, with its mapping table; lock/unlock dispatch."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional, Sequence
 
 from .config import Config
@@ -18,7 +19,8 @@ class Device:
         self.plugin = plugin
         self.local_id = local_id
         self.table = MappingTable(plugin, local_id, number, config.info)
-        self._binaries: dict[int, Optional[Binary]] = {}
+        # per image, the binary this device runs; weak, so a dead image's id is not reused
+        self._binaries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"<Device {self.number}: {self.plugin.name} #{self.local_id}>"
@@ -71,9 +73,10 @@ class Device:
     # ---- kernels ----------------------------------------------------------
     def binary_for(self, kernel: Kernel) -> Optional[Binary]:
         """The binary of `kernel`'s image this device runs (None if none fits)."""
-        key = id(kernel.image)
-        if key in self._binaries:
-            return self._binaries[key]
+        key = kernel.image
+        found = self._binaries.get(key, self)
+        if found is not self:
+            return found
         found = next((b for b in kernel.image.binaries
                       if self.plugin.is_valid_binary(b, self.local_id)), None)
         self._binaries[key] = found

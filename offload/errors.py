@@ -30,7 +30,3 @@ class OffloadError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code.name}]"
-
-
-def error(code: ErrorCode, message: str) -> OffloadError:
-    return OffloadError(code, message)

@@ -340,3 +340,19 @@ def test_device_memory_pool_reuses_same_size_and_gives_back_on_oom(rt, monkeypat
     c = dev.alloc(50000, AllocKind.DEVICE)
     assert sorted(freed) == sorted([a, b]) and dev._pool_bytes == 0
     dev.free(c)
+
+
+def test_kernel_scalar_packing():
+    """How GPU plugins lay out scalar kernel arguments (no GPU needed)."""
+    from offload.plugins.common import pack_scalar
+    assert pack_scalar(5, 8, "a") == (5).to_bytes(8, "little")
+    assert pack_scalar(-1, 4, "a") == b"\xff\xff\xff\xff"
+    assert pack_scalar(0x7F12_3456_7890, 8, "a") == (0x7F12_3456_7890).to_bytes(8, "little")
+    assert pack_scalar((1 << 63) + 1, 8, "a") == ((1 << 63) + 1).to_bytes(8, "little")
+    assert pack_scalar(1.5, 4, "a") == np.float32(1.5).tobytes()
+    assert pack_scalar(1.5, 8, "a") == np.float64(1.5).tobytes()
+    assert pack_scalar(b"abc", 3, "a") == b"abc"
+    with pytest.raises(OffloadError, match="cannot pass float as 2 bytes"):
+        pack_scalar(1.0, 2, "a")
+    with pytest.raises(OffloadError, match="pass bytes for aggregates"):
+        pack_scalar(1, 12, "a")

@@ -18,7 +18,7 @@ import cffi
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .common import AllocKind, GenericDevice, GenericPlugin
+from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, pack_scalar
 
 CDEF = """
 typedef int hsa_status_t;
@@ -451,11 +451,8 @@ class AMDGPUDevice(GenericDevice):
     def _launch_impl(self, program, binary, name, args, teams, threads, queue) -> None:
         k = self.kernel(program, name)
         explicit = [a for a in k.args if not a[".value_kind"].startswith("hidden_")]
-        if len(explicit) != len(args):
-            sig = ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit)
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"kernel '{name}' takes {len(explicit)} argument(s) ({sig}), "
-                               f"{len(args)} given")
+        check_kernel_args(name, len(explicit), len(args),
+                          ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit))
         wg = int(threads or 64)
         groups = int(teams or 1)
         kernarg = bytearray(max(k.kernarg_size, 8))
@@ -525,24 +522,8 @@ class AMDGPUDevice(GenericDevice):
 
 def _pack_arg(buf: bytearray, meta: dict, value: Any, kernel: str) -> None:
     off, size = meta[".offset"], meta[".size"]
-    if isinstance(value, float):
-        fmt = {4: "<f", 8: "<d"}.get(size)
-    elif isinstance(value, (int, bool)):
-        fmt = {1: "<B", 2: "<h", 4: "<i", 8: "<q"}.get(size)
-        if size == 8 and value >= 1 << 63:
-            fmt = "<Q"
-        if size == 4 and value >= 1 << 31:
-            fmt = "<I"
-    elif isinstance(value, (bytes, bytearray)) and len(value) == size:
-        buf[off:off + size] = value
-        return
-    else:
-        fmt = None
-    if fmt is None:
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"kernel '{kernel}': cannot pass {type(value).__name__} as a "
-                           f"{size}-byte {meta['.value_kind']} argument")
-    struct.pack_into(fmt, buf, off, value)
+    buf[off:off + size] = pack_scalar(value, size,
+                                      f"kernel '{kernel}', {meta['.value_kind']} argument")
 
 
 class AMDGPUPlugin(GenericPlugin):

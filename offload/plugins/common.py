@@ -9,12 +9,13 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import os
+import struct
 import threading
 from typing import Any, Optional, Sequence
 
 import cffi
 
-from ..config import Config
+from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind, PinnedMap
@@ -30,6 +31,33 @@ _libc = _ffi.dlopen(None)
 def memmove(dst: int, src: int, size: int) -> None:
     """memmove between two integer host addresses (the GIL is released)."""
     _libc.memmove(dst, src, size)
+
+
+def check_kernel_args(name: str, expected: int, given: int, signature: str) -> None:
+    """The one error for a kernel called with the wrong number of arguments."""
+    if expected != given:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"kernel '{name}' takes {expected} argument(s) ({signature}), "
+                           f"{given} given")
+
+
+def pack_scalar(value: Any, size: int, what: str) -> bytes:
+    """A kernel argument's bytes: a device address or integer, a float, or raw bytes of
+    the parameter's size (little-endian, as on every device we drive)."""
+    fmt = None
+    if isinstance(value, float):
+        fmt = {4: "<f", 8: "<d"}.get(size)
+    elif isinstance(value, (int, bool)):
+        fmt = {1: "<B", 2: "<h", 4: "<i", 8: "<q"}.get(size)
+        if size in (4, 8) and value >= 1 << (8 * size - 1):
+            fmt = fmt.upper()                       # an unsigned value (an address)
+    elif isinstance(value, (bytes, bytearray)) and len(value) == size:
+        return bytes(value)
+    if fmt is None:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: cannot pass {type(value).__name__} as {size} bytes"
+                           f"{'; pass bytes for aggregates' if size not in (1, 2, 4, 8) else ''}")
+    return struct.pack(fmt, value)
 
 
 class AllocKind(enum.Enum):
@@ -441,7 +469,6 @@ class GenericPlugin:
         """A new mapping of [host, host+size): take a reference on a pinned entry
         containing it, or pin it per LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS.
         Returns the device-accessible address, or None when it stays unpinned."""
-        from ..config import LockMapped
         mode = self.config.lock_mapped
         if size <= 0:
             return None

@@ -16,7 +16,7 @@ import cffi
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary, Image
-from .common import AllocKind, GenericDevice, GenericPlugin
+from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, pack_scalar
 
 CDEF = """
 typedef int CUresult;
@@ -305,30 +305,11 @@ class CUDADevice(GenericDevice):
 
     def _launch_impl(self, program, binary, name, args, teams, threads, queue) -> None:
         fn, sizes = self.function(program, name)
-        if len(sizes) != len(args):
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"kernel '{name}' takes {len(sizes)} argument(s) (sizes "
-                               f"{sizes}), {len(args)} given")
+        check_kernel_args(name, len(sizes), len(args), f"sizes {sizes}")
         params = _ffi.new("void *[]", max(1, len(args)))
         keep = []
         for i, (a, sz) in enumerate(zip(args, sizes)):
-            if isinstance(a, float):
-                c = _ffi.new("double *" if sz == 8 else "float *", a)
-            elif isinstance(a, (int, bool)):
-                ctype = {1: "uint8_t *", 2: "int16_t *", 4: "int32_t *", 8: "int64_t *"}.get(sz)
-                if ctype is None:
-                    raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                       f"argument {i} of kernel '{name}' is {sz} bytes; pass "
-                                       f"bytes for aggregates")
-                if sz == 8 and a >= 1 << 63:
-                    ctype = "uint64_t *"
-                c = _ffi.new(ctype, a)
-            elif isinstance(a, (bytes, bytearray)) and len(a) == sz:
-                c = _ffi.new("char[]", bytes(a))
-            else:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"argument {i} of kernel '{name}': cannot pass "
-                                   f"{type(a).__name__} as {sz} bytes")
+            c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
             keep.append(c)
             params[i] = c
         grid = int(teams or 1)
@@ -405,6 +386,13 @@ class CUDAPlugin(GenericPlugin):
                                f"cubin is for sm_{sm} (ELF ABI version {e.abiversion}), device "
                                f"{dev.id} is sm_{dev.sm[0]}{dev.sm[1]}")
 
+    def architecture(self, d: int = 0) -> Optional[str]:
+        """'sm_XY' of device d, or None when this plugin has no such device."""
+        if d >= self.number_of_devices():
+            return None
+        sm = self.device(d).sm
+        return f"sm_{sm[0]}{sm[1]}"
+
     def _host_alloc_address(self, d: int, addr: int) -> int:
         return self._device_pointer(d, addr)
 
@@ -476,9 +464,9 @@ def _load_nvrtc():
     if _nvrtc is not None:
         return _nvrtc
     from .. import config as _config
-    cands = [_config.read().nvrtc_library] if _config.read().nvrtc_library else []
-    for pattern in ("/usr/local/cuda/lib64/libnvrtc.so*", "/usr/local/cuda*/lib64/libnvrtc.so*"):
-        cands += sorted(glob.glob(pattern), reverse=True)
+    path = _config.read().nvrtc_library
+    cands = [path] if path else []
+    cands += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"), reverse=True)
     try:
         import nvidia  # type: ignore  # pip's nvidia-cuda-nvrtc wheels
         for base in getattr(nvidia, "__path__", []):
@@ -488,32 +476,21 @@ def _load_nvrtc():
         pass
     cands += [n for n in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
                           ctypes.util.find_library("nvrtc")) if n]
-    errors = []
     for c in cands:
-        if "builtins" in c or "alt" in os.path.basename(c):
-            continue
         try:
             _nvrtc = _nvrtc_ffi.dlopen(c)
             return _nvrtc
-        except OSError as exc:
-            errors.append(str(exc))
+        except OSError:
+            continue
     raise OffloadError(ErrorCode.UNSUPPORTED,
                        f"compile_cuda needs NVRTC (libnvrtc), not found "
                        f"(tried {len(cands)} names; set OFFLOAD_CUDA_NVRTC_LIBRARY)")
 
 
-def compile_cuda(source: str, arch: Optional[str] = None, ptx: bool = False) -> Image:
-    """CUDA C++ -> cubin (or PTX, which the driver JIT-compiles) with NVRTC; arch
-    defaults to device 0's (e.g. 'sm_90'; 'compute_90' for PTX)."""
+def compile_cuda(source: str, arch: str = "sm_90", ptx: bool = False) -> Image:
+    """CUDA C++ -> cubin (or PTX, which the driver JIT-compiles) with NVRTC for `arch`
+    (e.g. 'sm_90'; PTX is made for the matching 'compute_90')."""
     lib = _load_nvrtc()
-    if arch is None:
-        from .. import api
-        arch = "sm_90"
-        m = api.runtime()
-        for rec in m.records:
-            if rec.name == "cuda" and rec.num_devices:
-                d = rec.plugin.device(0)
-                arch = f"sm_{d.sm[0]}{d.sm[1]}"
     prog = _nvrtc_ffi.new("nvrtcProgram *")
 
     def check(rc, what):
@@ -544,5 +521,4 @@ def compile_cuda(source: str, arch: Optional[str] = None, ptx: bool = False) -> 
         data = bytes(_nvrtc_ffi.buffer(out, n[0])).rstrip(b"\0")
     finally:
         lib.nvrtcDestroyProgram(prog)
-    from ..image import Binary as _B
-    return Image([_B.from_bytes(data)])
+    return Image([Binary.from_bytes(data)])

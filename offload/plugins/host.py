@@ -16,7 +16,7 @@ import cffi
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .common import AllocKind, GenericDevice, GenericPlugin, memmove
+from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, memmove
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -141,13 +141,6 @@ class _Program:
         return fn, params
 
 
-def check_kernel_args(name: str, params: Sequence[Any], args: Sequence[Any], sig: str) -> None:
-    if len(params) != len(args):
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"kernel '{name}' takes {len(params)} argument(s) ({sig}), "
-                           f"{len(args)} given")
-
-
 class HostDevice(GenericDevice):
     plugin: "HostPlugin"
 
@@ -189,7 +182,7 @@ class HostDevice(GenericDevice):
     def _launch_impl(self, program: _Program, binary: Binary, name: str, args: Sequence[Any],
                      teams, threads, queue) -> None:
         fn, params = program.function(binary, name)
-        check_kernel_args(name, params, args, binary.prototypes.get(name, "?"))
+        check_kernel_args(name, len(params), len(args), binary.prototypes.get(name, "?"))
         conv = []
         for (t, is_ptr), a in zip(params, args):
             conv.append(_ffi_cast(program.ffi, t, a) if is_ptr else a)
