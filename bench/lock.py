@@ -23,7 +23,7 @@ libc = ffi.dlopen(None)
 
 
 def main() -> None:
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     rows, ours, raw = [], [], []
 
     # fast path: lock of a range inside an entry this device already uses

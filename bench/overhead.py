@@ -19,7 +19,7 @@ from bench._util import machine, per_call, plot, table  # noqa: E402
 
 def main() -> None:
     k = offload.compile_c("void nothing(void) {}\nvoid touch(int *a) { a[0] += 1; }\n")
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     rows, labels, ours, base = [], [], [], []
 
     def add(name, t, t_base=None, base_name=""):

@@ -44,7 +44,7 @@ def restart(lock_mapped: str) -> None:
 def raw(size: int) -> dict:
     """Raw driver copies through the plugin's own cffi handle (no offload logic)."""
     from offload.plugins.cuda import _ffi
-    dev = offload.runtime().get_device(0).generic
+    dev = offload.runtime.current().manager.get_device(0).generic
     lib = dev.plugin.drv.lib
     dev.activate()
     q = dev.get_queue()
@@ -131,7 +131,7 @@ def main() -> None:
                 results[s].update(frameworks(s * MiB))
             results[s].update(ours(s * MiB, mode, kernel))
     restart("off")
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     a = np.ones(MiB, np.uint8)
     pin = offload.lock(a, device=0)
     fast = per_call(lambda: (dev.lock(a.ctypes.data + 64, 64), dev.unlock(a.ctypes.data + 64)))

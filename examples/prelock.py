@@ -47,7 +47,7 @@ def main() -> int:
     elapsed = time.perf_counter() - t0
 
     ok = np.array_equal(a, expect) and not pinned.locked
-    dev = offload.runtime().get_device(device) if device < offload.omp_get_num_devices() else None
+    dev = offload.runtime.current().manager.get_device(device) if device < offload.omp_get_num_devices() else None
     where = f"device {device} ({dev.plugin.name})" if dev else "the initial device"
     print(f"prelock on {where}: {n} ints, {elapsed * 1e3:.2f} ms")
     if dev is not None:

@@ -1,14 +1,23 @@
 """offload-info: every plugin, whether it loaded and why not, every device."""
 from __future__ import annotations
 
+import argparse
 import sys
 
-from . import api
+from .runtime import current as _current
 
 
 def main(argv: list[str] | None = None) -> int:
-    m = api.runtime()
-    print(f"offload {__import__('offload').__version__}: {m.num_devices()} device(s); "
+    """Print each plugin, its devices and their properties (like llvm-omp-device-info)."""
+    parser = argparse.ArgumentParser(
+        prog="offload-info",
+        description="List offload's plugins, why a plugin has no devices, and every device "
+                    "with its properties. Device numbers are those of offload.devices(); "
+                    "the initial device (the host) is the last number.")
+    parser.parse_args(argv)
+    from . import __version__
+    m = _current().manager
+    print(f"offload {__version__}: {m.num_devices()} device(s); "
           f"initial device is {m.num_devices()}")
     number = 0
     for rec in m.records:

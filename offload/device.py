@@ -1,6 +1,7 @@
 """Device: one per plugin device, with its mapping table; lock/unlock dispatch."""
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -66,6 +67,11 @@ class Device:
 
     def release_queue(self, queue: Any) -> None:
         self.generic.release_queue(queue)
+
+    def queue(self, queue: Optional[Any] = None) -> contextlib.AbstractContextManager[Any]:
+        """`with dev.queue() as q:` a queue of our own, synchronized and given back at the
+        end; `dev.queue(q)` uses the caller's queue."""
+        return self.generic.queue(queue)
 
     def synchronize(self, queue: Any) -> None:
         self.plugin.synchronize(self.local_id, queue)

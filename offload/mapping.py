@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from .arrays import as_array, span
 from .config import Info
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, GenericPlugin
@@ -49,6 +50,33 @@ class MapItem:
     owner: Any = None
     name: Optional[str] = None
     read_only: bool = False
+
+
+class MapClause:
+    """A map clause over a numpy array (or any contiguous buffer); made by `to`,
+    `from_`, `tofrom`, `alloc`, `release` and `delete`."""
+
+    __slots__ = ("array", "type", "name")
+
+    def __init__(self, array: Any, type: MapType, name: Optional[str] = None):
+        self.array = array
+        self.type = type
+        self.name = name
+
+    def item(self) -> MapItem:
+        """The clause as addresses: (host address, size, map type, owner, ...)."""
+        arr = as_array(self.array, "map")
+        p, n = span(arr)
+        return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
+
+    def __repr__(self) -> str:
+        return f"MapClause({self.type!r}, {self.name or type(self.array).__name__})"
+
+
+def map_items(maps: Any, default: MapType) -> list[MapItem]:
+    """MapItems from clauses, or from bare arrays mapped with `default`."""
+    return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()
+            for m in maps]
 
 
 class HostDataToTarget:

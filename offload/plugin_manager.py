@@ -54,6 +54,7 @@ class PluginManager:
         self._devices: list[tuple[GenericPlugin, int]] = []
         self._device_objects: dict[int, Device] = {}
         self._shut = False
+        self._initial: Optional[GenericPlugin] = None
         self._load_plugins()
 
     def _load_plugins(self) -> None:
@@ -108,6 +109,24 @@ class PluginManager:
             dev = self._device_objects[n] = Device(n, plugin, local, self.config)
             return dev
 
+    def initial_plugin(self) -> GenericPlugin:
+        """A private host plugin that runs host binaries for the initial device."""
+        if self._initial is None:
+            from .plugins.host import HostPlugin
+            with self._lock:
+                if self._initial is None:
+                    p = HostPlugin(Config(cache_dir=self.config.cache_dir, host_num_devices=1))
+                    p.init_device(0)
+                    self._initial = p
+        return self._initial
+
+    def architecture(self, plugin: str) -> Optional[str]:
+        """The architecture of the first device of `plugin` (e.g. 'sm_90'), or None."""
+        for p in self.plugins:
+            if p.name == plugin:
+                return p.architecture()
+        return None
+
     def initialized(self) -> list[Device]:
         with self._lock:
             return list(self._device_objects.values())
@@ -125,7 +144,7 @@ class PluginManager:
             devices = list(self._device_objects.values())
         for dev in devices:
             dev.table.clear()
-        for plugin in self.plugins:
+        for plugin in self.plugins + ([self._initial] if self._initial else []):
             try:
                 plugin.deinit()
             except Exception:
@@ -133,7 +152,7 @@ class PluginManager:
 
     def forget(self) -> None:
         """In a fork child: drop everything without touching a driver."""
-        for plugin in self.plugins:
+        for plugin in self.plugins + ([self._initial] if self._initial else []):
             plugin.forget()
         self._devices = []
         self._device_objects = {}

@@ -30,7 +30,7 @@ def runtime(monkeypatch, tmp_path_factory):
         env.setdefault("OFFLOAD_PLUGINS", "host")
         for k, v in env.items():
             monkeypatch.setenv(k, str(v))
-        return offload.runtime()
+        return offload.runtime.current().manager
 
     yield start
     offload.shutdown()

@@ -13,7 +13,8 @@ import pytest
 import offload
 from offload import ErrorCode, OffloadError
 from offload.pinned import Kind
-from offload.plugins import amdgpu
+from offload import targets
+from offload.plugins import _hsa_runtime as hsa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HSA_INCLUDE = "/usr/include/hsa"
@@ -127,8 +128,9 @@ def test_declarations_match_hsa_headers(tmp_path):
     header_text = open(os.path.join(HSA_INCLUDE, "hsa.h")).read() + \
         open(os.path.join(HSA_INCLUDE, "hsa_ext_amd.h")).read()
     elf_text = open(os.path.join(HSA_INCLUDE, "amd_hsa_elf.h")).read()
-    consts = [n for n in dir(amdgpu) if re.match(r"(HSA|EF_AMDGPU)_[A-Z0-9_]+$", n)]
-    machines = {f"EF_AMDGPU_MACH_AMDGCN_{p.upper()}": v for v, p in amdgpu.MACHINES.items()
+    consts = {n: getattr(mod, n) for mod in (hsa, targets) for n in dir(mod)
+              if re.match(r"(HSA|EF_AMDGPU)_[A-Z0-9_]+$", n)}
+    machines = {f"EF_AMDGPU_MACH_AMDGCN_{p.upper()}": v for v, p in targets.MACHINES.items()
                 if re.search(rf"\bEF_AMDGPU_MACH_AMDGCN_{p.upper()}\b", elf_text)}
     fields = {
         "hsa_queue_t": ["type", "features", "base_address", "doorbell_signal", "size", "id"],
@@ -142,7 +144,7 @@ def test_declarations_match_hsa_headers(tmp_path):
     lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <hsa/hsa.h>",
              "#include <hsa/hsa_ext_amd.h>", "#include <hsa/amd_hsa_elf.h>",
              "using namespace ELF;", "int main(void) {"]
-    for n in consts + list(machines):
+    for n in list(consts) + list(machines):
         lines.append(f'  printf("{n} %lld\\n", (long long){n});')
     for t, fs in fields.items():
         lines.append(f'  printf("sizeof {t} %zu\\n", sizeof({t}));')
@@ -162,10 +164,10 @@ def test_declarations_match_hsa_headers(tmp_path):
     print(f"checked against {rocm_version()}")
     assert len(consts) > 30 and len(machines) > 20
     for n in consts:
-        assert int(got[n]) == getattr(amdgpu, n), n
+        assert int(got[n]) == consts[n], n
     for n, v in machines.items():
         assert int(got[n]) == v, n
-    ffi = amdgpu._ffi
+    ffi = hsa.ffi
     for t, fs in fields.items():
         assert int(got[f"sizeof {t}"]) == ffi.sizeof(t), t
         for f in fs:
@@ -214,7 +216,7 @@ def test_prelock_twin_on_both_agents(amd, sim, kernels, device):
     expect = np.arange(n, dtype=np.int32) + 1
     expect[10:20] += 1
     np.testing.assert_array_equal(a, expect)
-    s = offload.runtime().get_device(device).stats
+    s = offload.runtime.current().manager.get_device(device).stats
     assert s["to unpinned"] == 0 and s["from unpinned"] == 0
     assert sim.hsa_sim_lock_count() == 0
 
@@ -224,7 +226,7 @@ def test_unpinned_data_is_staged(amd, kernels):
     a = np.arange(n, dtype=np.int32)
     offload.target(kernels.add_one, a, 0, n, map=[offload.tofrom(a)], device=1, **blocks(n))
     np.testing.assert_array_equal(a, np.arange(n) + 1)
-    assert offload.runtime().get_device(1).stats["to unpinned"] == a.nbytes
+    assert offload.runtime.current().manager.get_device(1).stats["to unpinned"] == a.nbytes
 
 
 def test_concurrent_staged_transfers_do_not_share_buffers(amd):
@@ -262,7 +264,7 @@ def test_lock_twice_unlock_twice(amd, sim):
     offload.llvm_omp_target_unlock_mem(a, 0)
     assert sim.hsa_sim_lock_count() == 0
     with pytest.raises(OffloadError, match="cannot find locked buffer"):
-        offload.runtime().get_device(0).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(0).unlock(a.ctypes.data)
 
 
 def test_partial_overlap_rejected_before_hsa_lock(amd, sim):
@@ -345,7 +347,7 @@ def test_interior_pointer_of_prelocked_buffer_in_a_map(amd, sim, kernels):
 
 
 def test_images_for_another_target_are_refused(amd, code_objects):
-    dev = offload.runtime().get_device(0).generic
+    dev = offload.runtime.current().manager.get_device(0).generic
     offload.load_image(code_objects["gfx90a:xnack-"])        # matches the agent
     amd.check_binary(offload.load_image(code_objects["gfx90a:xnack-"]).binaries[0], dev)
     with pytest.raises(OffloadError) as ei:
@@ -387,7 +389,7 @@ def test_kernel_argument_count_mismatch(amd, kernels):
     a = np.zeros(8, np.int32)
     with pytest.raises(OffloadError, match="takes 3 argument"):
         offload.target(kernels.add_one, a, 0, map=[offload.tofrom(a)], device=0)
-    assert len(offload.runtime().get_device(0).table) == 0
+    assert len(offload.runtime.current().manager.get_device(0).table) == 0
 
 
 STATUSES = [0x1000, 0x1001, 0x1003, 0x1004, 0x1008, 0x100B, 0x100D, 0x100F, 0x1010, 0x1013]
@@ -403,7 +405,7 @@ def _status_text(sim, status):
 @pytest.mark.parametrize("status", STATUSES)
 def test_every_hsa_status_becomes_an_offload_error(amd, sim, code_objects, status):
     text = _status_text(sim, status)
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     a = np.zeros(4096, np.uint8)
     operations = {
         "hsa_amd_memory_lock": lambda: dev.lock(a.ctypes.data, a.nbytes),
@@ -436,7 +438,7 @@ def test_failed_unlock_keeps_state(amd, sim):
     offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
     sim.hsa_sim_fail(b"hsa_amd_memory_unlock", 0x1001)
     with pytest.raises(OffloadError, match="HSA_STATUS_ERROR_INVALID_ARGUMENT"):
-        offload.runtime().get_device(0).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(0).unlock(a.ctypes.data)
     assert amd.pinned.lookup(a.ctypes.data).count == {0: 1}
     offload.llvm_omp_target_unlock_mem(a, 0)
     assert sim.hsa_sim_lock_count() == 0
@@ -450,7 +452,7 @@ def test_machine_table_matches_the_compiler(tmp_path):
     src = tmp_path / "k.c"
     src.write_text("__attribute__((amdgpu_kernel)) void k(int *a) { a[0] = 1; }\n")
     checked = []
-    for proc in sorted(set(amdgpu.MACHINES.values())):
+    for proc in sorted(set(targets.MACHINES.values())):
         obj = tmp_path / f"{proc}.o"
         res = subprocess.run([CLANG, "--target=amdgcn-amd-amdhsa", f"-mcpu={proc}",
                               "-nogpulib", "-c", str(src), "-o", str(obj)],
@@ -458,6 +460,6 @@ def test_machine_table_matches_the_compiler(tmp_path):
         if res.returncode != 0:          # a processor newer than this clang
             continue
         flags = offload.load_image(obj.read_bytes(), prototypes={}).binaries[0].elf.flags
-        assert amdgpu.code_object_target(flags)[0] == proc, (proc, hex(flags))
+        assert targets.code_object_target(flags)[0] == proc, (proc, hex(flags))
         checked.append(proc)
     assert len(checked) >= 30, checked

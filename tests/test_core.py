@@ -176,7 +176,7 @@ def test_image_for_another_machine_is_refused(rt, cls, machine, what):
     assert ei.value.code is ErrorCode.INVALID_BINARY
     os.environ["OMP_TARGET_OFFLOAD"] = "mandatory"
     try:
-        plugin = offload.runtime().get_device(0).plugin
+        plugin = offload.runtime.current().manager.get_device(0).plugin
         with pytest.raises(OffloadError, match=what):
             plugin.check_binary(img.binaries[0])
     finally:
@@ -192,7 +192,7 @@ def test_real_foreign_elf_from_compiler_is_refused(rt, tmp_path):
                       capture_output=True).returncode != 0:
         pytest.skip("cc cannot target -m32 here")
     img = offload.load_image(out, prototypes="void k(void);")
-    plugin = offload.runtime().get_device(0).plugin
+    plugin = offload.runtime.current().manager.get_device(0).plugin
     with pytest.raises(OffloadError, match="ELF32"):
         plugin.check_binary(img.binaries[0])
 
@@ -242,7 +242,7 @@ def test_free_of_unknown_pointer(rt, capsys):
     d = offload.omp_target_alloc(64, 0)
     offload.omp_target_free(d + 8, 0)
     assert "is not memory allocated" in capsys.readouterr().err
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     assert dev.is_device_memory(d)                 # the real allocation is untouched
     offload.omp_target_free(d, 0)
     assert not dev.is_device_memory(d)
@@ -306,39 +306,32 @@ def test_threads_alloc_copy_free(rt):
     for t in ts:
         t.join()
     assert errors == []
-    assert offload.runtime().get_device(0).generic._allocs == {}
+    assert offload.testing.state()["devices"][0]["allocations"] == 0
 
 
-def test_device_memory_pool_reuses_same_size_and_gives_back_on_oom(rt, monkeypatch):
+def test_device_memory_pool_reuses_same_size_and_gives_back_on_oom(recording):
     """A plugin with a pool: freed memory serves the next allocation of the same size;
     an allocation that runs out of memory first empties the pool, then retries."""
-    dev = offload.runtime().get_device(0).generic
-    monkeypatch.setattr(dev.plugin, "device_pool_bytes", 8192)
+    dev = offload.runtime.current().manager.get_device(0).generic
+    dev.pool.limit = 8192
     a = dev.alloc(4096, AllocKind.DEVICE)
     dev.free(a)
     assert dev.allocation(a) is None                       # freed as far as users go
     assert dev.alloc(4096, AllocKind.DEVICE) == a          # ... and reused
+    assert len(recording.of("alloc")) == 1
     b = dev.alloc(1000, AllocKind.DEVICE)
     assert b != a
     dev.free(a)
     dev.free(b)
+    assert recording.of("free") == []                      # both kept
     big = dev.alloc(100000, AllocKind.DEVICE)
     dev.free(big)                                          # over the limit: really freed
-    assert dev._pool_bytes == 4096 + 1000
-    freed = []
-    real = dev._alloc_impl
-    real_free = dev._free_impl
-
-    def oom_once(size, kind):
-        if not freed:
-            raise OffloadError(ErrorCode.OUT_OF_RESOURCES, "out of device memory (injected)")
-        return real(size, kind)
-
-    monkeypatch.setattr(dev, "_alloc_impl", oom_once)
-    monkeypatch.setattr(dev, "_free_impl", lambda addr, size, kind: (freed.append(addr),
-                                                                     real_free(addr, size, kind)))
+    assert [c[1] for c in recording.of("free")] == [big]
+    assert offload.testing.state()["devices"][0]["allocations"] == 0
+    recording.fail_allocs = 1
     c = dev.alloc(50000, AllocKind.DEVICE)
-    assert sorted(freed) == sorted([a, b]) and dev._pool_bytes == 0
+    assert sorted(x[1] for x in recording.of("free")[1:]) == sorted([a, b])
+    assert dev.pool.bytes == 0
     dev.free(c)
 
 

@@ -56,16 +56,16 @@ def test_prelock_twin(cu, k):
     n = 1 << 20
     a = np.arange(n, dtype=np.int32)
     with offload.locked(a, device=0) as pin:
-        assert cu._is_pinned_impl(a.ctypes.data, a.nbytes) is not None   # really registered
+        assert cu.query(a.ctypes.data, a.nbytes) is not None   # really registered
         offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=0, **blocks(n))
         offload.target(k.add_one, a, 10, 20, map=[offload.tofrom(a[10:20])], device=0,
                        **blocks(10))
     expect = np.arange(n, dtype=np.int32) + 1
     expect[10:20] += 1
     np.testing.assert_array_equal(a, expect)
-    s = offload.runtime().get_device(0).stats
+    s = offload.runtime.current().manager.get_device(0).stats
     assert s["to unpinned"] == 0 and s["from unpinned"] == 0 and s["to pinned"] >= a.nbytes
-    assert cu._is_pinned_impl(a.ctypes.data, a.nbytes) is None            # unregistered
+    assert cu.query(a.ctypes.data, a.nbytes) is None            # unregistered
     assert not pin.locked
 
 
@@ -83,17 +83,17 @@ def test_lock_twice_unlock_twice_one_registration(cu):
     p2 = offload.llvm_omp_target_lock_mem(a[100:], 400, 0)
     assert p1 and p2 == p1 + 400
     offload.llvm_omp_target_unlock_mem(a, 0)
-    assert cu._is_pinned_impl(a.ctypes.data, 4) is not None
+    assert cu.query(a.ctypes.data, 4) is not None
     offload.llvm_omp_target_unlock_mem(a, 0)
-    assert cu._is_pinned_impl(a.ctypes.data, 4) is None
+    assert cu.query(a.ctypes.data, 4) is None
     with pytest.raises(OffloadError) as ei:
-        offload.runtime().get_device(0).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(0).unlock(a.ctypes.data)
     assert ei.value.code is ErrorCode.NOT_FOUND
 
 
 def test_external_registration_recorded_never_unregistered(cu):
     a = np.zeros(1 << 20, np.uint8)
-    dev = offload.runtime().get_device(0)
+    dev = offload.runtime.current().manager.get_device(0)
     dev.generic.activate()
     lib = cu.drv.lib
     from offload.plugins.cuda import _ffi
@@ -105,7 +105,7 @@ def test_external_registration_recorded_never_unregistered(cu):
         assert e.kind is Kind.EXTERNAL
         offload.llvm_omp_target_unlock_mem(a[4096:], 0)
         assert len(cu.pinned) == 0
-        assert cu._is_pinned_impl(a.ctypes.data, 1) is not None      # still theirs
+        assert cu.query(a.ctypes.data, 1) is not None      # still theirs
     finally:
         assert lib.cuMemHostUnregister(_ffi.cast("void *", a.ctypes.data)) == 0
 
@@ -122,7 +122,7 @@ def test_external_registration_by_cupy_or_torch(cu):
         assert offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
         assert cu.pinned.lookup(a.ctypes.data).kind is Kind.EXTERNAL
         offload.llvm_omp_target_unlock_mem(a, 0)
-        assert cu._is_pinned_impl(a.ctypes.data, 1) is not None
+        assert cu.query(a.ctypes.data, 1) is not None
     finally:
         undo()
 
@@ -146,7 +146,7 @@ def test_split_copy_half_pinned(cu, k):
     with offload.locked(a[: n // 2], device=0):
         offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=0, **blocks(n))
     np.testing.assert_array_equal(a, np.arange(n) + 1)
-    s = offload.runtime().get_device(0).stats
+    s = offload.runtime.current().manager.get_device(0).stats
     assert s["to pinned"] == n * 2 and s["to unpinned"] == n * 2
 
 
@@ -172,7 +172,7 @@ def test_kernel_then_staged_copy_back(cu, k):
         a = np.zeros(n, np.int32)
         offload.target(k.slow_set, a, n, v, map=[offload.tofrom(a)], device=0, **blocks(n))
         assert (a == v).all()
-    s = offload.runtime().get_device(0).stats
+    s = offload.runtime.current().manager.get_device(0).stats
     assert s["from unpinned"] >= 3 * a.nbytes and s["from pinned"] == 0
 
 
@@ -185,7 +185,7 @@ def test_enter_exit_update_round_trip(cu, k):
     assert (a[:100] == 2).all() and (a[100:200] == 1).all() and (a[200:] == 0).all()
     offload.target_exit_data(offload.from_(a), device=0)
     assert (a[200:] == 1).all()
-    assert len(offload.runtime().get_device(0).table) == 0
+    assert len(offload.runtime.current().manager.get_device(0).table) == 0
 
 
 def test_alloc_kinds_and_memcpy(cu):
@@ -214,11 +214,11 @@ def test_bad_input(cu, k, capsys):
         offload.llvm_omp_target_lock_mem(a, 64, NUM + 5)
     with pytest.raises(OffloadError, match="takes 3 argument"):
         offload.target(k.add_one, a, 0, map=[offload.tofrom(a)], device=0)
-    assert len(offload.runtime().get_device(0).table) == 0
+    assert len(offload.runtime.current().manager.get_device(0).table) == 0
 
 
 def test_image_for_wrong_architecture(cu):
-    dev = offload.runtime().get_device(0).generic
+    dev = offload.runtime.current().manager.get_device(0).generic
     major = dev.sm[0]
     other = "sm_80" if major != 8 else "sm_90"
     img = offload.compile_cuda(KERNELS, arch=other)
@@ -247,6 +247,6 @@ def test_two_devices_one_registration(cu, k):
     offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=1, **blocks(n))
     np.testing.assert_array_equal(a, np.arange(n) + 2)
     p0.unlock()
-    assert cu._is_pinned_impl(a.ctypes.data, 4) is not None
+    assert cu.query(a.ctypes.data, 4) is not None
     p1.unlock()
-    assert cu._is_pinned_impl(a.ctypes.data, 4) is None and len(cu.pinned) == 0
+    assert cu.query(a.ctypes.data, 4) is None and len(cu.pinned) == 0

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from offload.plugins import cuda
+from offload import targets
+from offload.plugins import _cuda_driver as cuda
 
 HEADERS = sorted(glob.glob("/usr/local/cuda*/include/cuda.h")) + \
     [p for p in ("/usr/include/cuda.h",) if os.path.exists(p)]
@@ -53,7 +54,7 @@ def test_enum_values_match_cuda_h(header_values):
 
 def test_type_sizes_match_cffi(header_values):
     vals, _, _ = header_values
-    ffi = cuda._ffi
+    ffi = cuda.ffi
     for t in ("CUdeviceptr", "CUdevice", "CUresult", "CUcontext", "CUstream", "size_t"):
         assert vals[f"sizeof {t}"] == ffi.sizeof(t), t
 
@@ -80,6 +81,6 @@ def test_every_bound_entry_point_is_declared_by_cuda_h(tmp_path):
 
 
 def test_cubin_sm_reads_both_layouts():
-    assert cuda.cubin_sm(0x6005A04, 8) == 90          # CUDA 13 (ELF ABI version 8)
-    assert cuda.cubin_sm(0x5A055A, 7) == 90           # CUDA <= 12
-    assert cuda.cubin_sm(0x500550, 7) == 80
+    assert targets.cubin_sm(0x6005A04, 8) == 90          # CUDA 13 (ELF ABI version 8)
+    assert targets.cubin_sm(0x5A055A, 7) == 90           # CUDA <= 12
+    assert targets.cubin_sm(0x500550, 7) == 80

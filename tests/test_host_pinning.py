@@ -89,10 +89,10 @@ TestHostPinMachine.settings = settings(max_examples=40, stateful_step_count=30, 
 def test_lock_rejects_bad_sizes_and_null(recording, capsys):
     a = np.zeros(100, np.uint8)
     with pytest.raises(OffloadError) as ei:
-        offload.runtime().get_device(0).lock(a.ctypes.data, 0)
+        offload.runtime.current().manager.get_device(0).lock(a.ctypes.data, 0)
     assert ei.value.code is ErrorCode.INVALID_VALUE
     with pytest.raises(OffloadError) as ei:
-        offload.runtime().get_device(0).lock(0, 10)
+        offload.runtime.current().manager.get_device(0).lock(0, 10)
     assert ei.value.code is ErrorCode.INVALID_ARGUMENT
     assert offload.llvm_omp_target_lock_mem(a, -1, 0) == 0
     assert recording.of("lock") == []
@@ -141,7 +141,7 @@ def test_spanning_two_entries_rejected(recording):
     offload.llvm_omp_target_lock_mem(p, 100, 0)
     offload.llvm_omp_target_lock_mem(p + 200, 100, 0)
     with pytest.raises(OffloadError, match="partial overlapping"):
-        offload.runtime().get_device(0).lock(p + 50, 200)
+        offload.runtime.current().manager.get_device(0).lock(p + 50, 200)
     assert len(recording.pinned) == 2
 
 
@@ -201,7 +201,7 @@ def test_unlock_of_never_locked_is_not_found(recording, capsys):
     offload.llvm_omp_target_unlock_mem(a, 0)
     assert "cannot find locked buffer" in capsys.readouterr().err
     with pytest.raises(OffloadError) as ei:
-        offload.runtime().get_device(0).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(0).unlock(a.ctypes.data)
     assert ei.value.code is ErrorCode.NOT_FOUND
     assert recording.of("unlock") == []
 
@@ -211,7 +211,7 @@ def test_unlock_once_too_often(recording):
     offload.llvm_omp_target_lock_mem(a, 10, 0)
     offload.llvm_omp_target_unlock_mem(a, 0)
     with pytest.raises(OffloadError, match="cannot find locked buffer"):
-        offload.runtime().get_device(0).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(0).unlock(a.ctypes.data)
 
 
 def test_same_range_for_two_devices_one_pin(recording):
@@ -233,7 +233,7 @@ def test_unlock_on_other_device_is_not_found(recording):
     a = np.zeros(64, np.uint8)
     offload.llvm_omp_target_lock_mem(a, 64, 0)
     with pytest.raises(OffloadError, match="cannot find locked buffer"):
-        offload.runtime().get_device(1).unlock(a.ctypes.data)
+        offload.runtime.current().manager.get_device(1).unlock(a.ctypes.data)
     offload.llvm_omp_target_unlock_mem(a, 0)
 
 
@@ -258,7 +258,7 @@ def test_pinned_handle_holds_one_reference(rt):
     with pytest.raises(OffloadError) as ei:
         h1.unlock()
     assert ei.value.code is ErrorCode.INVALID_ARGUMENT and "already unlocked" in str(ei.value)
-    plugin = offload.runtime().get_device(0).plugin
+    plugin = offload.runtime.current().manager.get_device(0).plugin
     assert plugin.pinned.lookup(a.ctypes.data).count == {0: 1}     # h2's reference remains
     h2.unlock()
     assert len(plugin.pinned) == 0
@@ -302,7 +302,7 @@ def test_alloc_host_is_pinned_and_one_unlock_too_many_is_an_error(recording):
     assert offload.llvm_omp_target_lock_mem(p + 10, 100, 0) == p + 10
     offload.llvm_omp_target_unlock_mem(p + 10, 0)
     with pytest.raises(OffloadError) as ei:
-        offload.runtime().get_device(0).unlock(p)
+        offload.runtime.current().manager.get_device(0).unlock(p)
     assert ei.value.code is ErrorCode.INVALID_ARGUMENT
     arr = np.frombuffer((np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * 16)
                                                 .from_address(p))), np.uint8)
@@ -368,7 +368,7 @@ def test_teardown_unpins_and_later_unlock_is_quiet(rt, capsys):
     offload.omp_target_free(d, 0)
     assert capsys.readouterr().err == ""
     offload.shutdown()                            # once: a second call does nothing
-    offload.runtime()                             # a new runtime ...
+    offload.runtime.current()                     # a new runtime ...
     pin.unlock()                                  # ... and the old handle stays quiet
     assert not pin.locked
 
@@ -381,7 +381,7 @@ def test_fork_child_starts_empty(rt):
     if pid == 0:                                   # child
         try:
             ok = (vmlck_kb() == 0 and
-                  len(offload.runtime().get_device(0).plugin.pinned) == 0 and
+                  len(offload.runtime.current().manager.get_device(0).plugin.pinned) == 0 and
                   offload.llvm_omp_target_lock_mem(a, a.nbytes, 0) == a.ctypes.data and
                   vmlck_kb() == 8)
             os.write(w, b"1" if ok else b"0")
@@ -390,15 +390,15 @@ def test_fork_child_starts_empty(rt):
     os.close(w)
     assert os.read(r, 1) == b"1"
     os.waitpid(pid, 0)
-    assert len(offload.runtime().get_device(0).plugin.pinned) == 1
+    assert len(offload.runtime.current().manager.get_device(0).plugin.pinned) == 1
 
 
 def test_stress_16_threads(rt):
     """16 threads x 5,000 random lock/unlock on overlapping sub-ranges of shared buffers."""
     bufs = [page_aligned(8 * PAGE) for _ in range(4)]
     base = vmlck_kb()
-    dev0 = offload.runtime().get_device(0)
-    dev1 = offload.runtime().get_device(1)
+    dev0 = offload.runtime.current().manager.get_device(0)
+    dev1 = offload.runtime.current().manager.get_device(1)
     unexpected = []
 
     def work(seed):

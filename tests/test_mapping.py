@@ -13,11 +13,12 @@ from .conftest import page_aligned, vmlck_kb
 
 
 def table(dev=0):
-    return offload.runtime().get_device(dev).table
+    return offload.runtime.current().manager.get_device(dev).table
 
 
 def allocs(dev=0):
-    return dict(offload.runtime().get_device(dev).generic._allocs)
+    """Live device allocations of device `dev` (offload.testing.state())."""
+    return offload.testing.state()["devices"].get(dev, {}).get("allocations", 0)
 
 
 def device_view(a, dev=0):
@@ -50,7 +51,7 @@ def test_first_map_copies_to_and_last_unmap_copies_back(rt, add_one):
     a[:] = 5
     offload.target_exit_data(offload.from_(a), device=0)
     np.testing.assert_array_equal(a, 0)              # last reference: copied
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
 
 
 def test_section_inside_mapping_gets_entry_plus_offset(rt):
@@ -74,7 +75,7 @@ def test_delete_forces_removal_and_hold_keeps_it(rt):
     offload.target_exit_data(offload.delete(a), device=0)
     assert table().lookup(a.ctypes.data, a.nbytes).hold == 1     # hold survives delete
     offload.target_exit_data(offload.release(a, hold=True), device=0)
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
 
 
 def test_explicit_extension_refused_implicit_allowed(rt):
@@ -86,7 +87,7 @@ def test_explicit_extension_refused_implicit_allowed(rt):
         assert msg.startswith("explicit extension not allowed: host address specified is "
                               f"0x{a[5:].ctypes.data:x} (100 bytes), but device allocation "
                               f"maps to host at 0x{a[10:].ctypes.data:x} (40 bytes)")
-        assert len(table()) == 1 and len(allocs()) == 1
+        assert len(table()) == 1 and allocs() == 1
         implicit = offload.MapClause(a[5:30], MapType.TO | MapType.IMPLICIT)
         offload.target_enter_data(implicit, device=0)
         assert table().lookup(a[10:].ctypes.data, 40).dyn == 2
@@ -104,7 +105,7 @@ def test_present_on_absent_data(rt):
         offload.target_update(to=[offload.to(a, present=True)], device=0)
     with pytest.raises(OffloadError, match="'present' map type modifier"):
         offload.target_exit_data(offload.from_(a, present=True), device=0)
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
 
 
 def test_exit_and_update_of_never_mapped_data_are_noops(rt):
@@ -118,7 +119,7 @@ def test_exit_and_update_of_never_mapped_data_are_noops(rt):
 def test_zero_length_sections_never_allocate(rt):
     a = np.zeros(10, np.int32)
     offload.target_enter_data(offload.to(a[3:3]), device=0)
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
     offload.target_exit_data(offload.from_(a[3:3]), device=0)
     with pytest.raises(OffloadError, match="present"):
         offload.target_enter_data(offload.to(a[3:3], present=True), device=0)
@@ -143,12 +144,12 @@ def test_construct_with_one_failing_clause_is_all_or_nothing(rt):
     with pytest.raises(OffloadError, match="present"):
         offload.target_enter_data(offload.to(a), offload.to(b), offload.to(c, present=True),
                                   device=0)
-    assert len(table()) == 0 and allocs() == {}
-    assert offload.runtime().get_device(0).plugin.pinned.lookup(a.ctypes.data).count == {0: 1}
+    assert len(table()) == 0 and allocs() == 0
+    assert offload.runtime.current().manager.get_device(0).plugin.pinned.lookup(a.ctypes.data).count == {0: 1}
     with pytest.raises(OffloadError):
         with offload.target_data(offload.to(b), offload.tofrom(b[::2]), device=0):
             pass
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
     pin.unlock()
 
 
@@ -159,7 +160,7 @@ def test_exception_in_with_block_unmaps_without_copy_back(rt, add_one):
             offload.target(add_one.add_one, a, 0, 10, device=0)
             raise RuntimeError("half-finished")
     assert (a == 0).all()
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
 
 
 def test_read_only_arrays(rt, add_one):
@@ -189,7 +190,7 @@ def test_target_maps_unmapped_array_tofrom(rt, add_one):
     a = np.zeros(20, np.int32)
     offload.target(add_one.add_one, a, 0, 20, device=1)
     assert (a == 1).all()
-    assert len(table(1)) == 0 and allocs(1) == {}
+    assert len(table(1)) == 0 and allocs(1) == 0
 
 
 def test_kernel_gets_base_pointer_of_mapped_section(rt, add_one):
@@ -206,9 +207,9 @@ def test_kernel_argument_count_mismatch_leaves_nothing(rt, add_one):
     pin = offload.lock(a, device=0)
     with pytest.raises(OffloadError, match="takes 3 argument"):
         offload.target(add_one.add_one, a, 0, map=[offload.tofrom(a)], device=0)
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
     assert (a == 0).all()
-    assert offload.runtime().get_device(0).plugin.pinned.lookup(a.ctypes.data).count == {0: 1}
+    assert offload.runtime.current().manager.get_device(0).plugin.pinned.lookup(a.ctypes.data).count == {0: 1}
     pin.unlock()
 
 
@@ -472,7 +473,7 @@ def test_waiter_on_a_failing_new_entry_starts_over(rt, monkeypatch):
     """A mapping whose allocation fails while another thread waits on it: the waiter
     retries and maps for itself; nothing is left of the failed entry."""
     import time
-    plugin = offload.runtime().get_device(0).plugin
+    plugin = offload.runtime.current().manager.get_device(0).plugin
     real = plugin.data_alloc
     calls = []
 
@@ -503,7 +504,7 @@ def test_waiter_on_a_failing_new_entry_starts_over(rt, monkeypatch):
     assert e.dyn == 1 and len(table()) == 1
     np.testing.assert_array_equal(device_view(a), np.arange(100))
     offload.target_exit_data(offload.release(a), device=0)
-    assert len(table()) == 0 and allocs() == {}
+    assert len(table()) == 0 and allocs() == 0
 
 
 def test_many_threads_map_one_array(rt, add_one):
@@ -523,4 +524,4 @@ def test_many_threads_map_one_array(rt, add_one):
         t.start()
     for t in ts:
         t.join()
-    assert errors == [] and len(table()) == 0 and allocs() == {}
+    assert errors == [] and len(table()) == 0 and allocs() == 0

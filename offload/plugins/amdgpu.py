@@ -1,270 +1,53 @@
-"""AMDGPU plugin: ROCr/HSA through cffi ABI mode on libhsa-runtime64.so.1.
-
-Agents and ISAs, memory pools (coarse-grained device memory, fine-grained
-host memory, the kernarg pool), hsa_amd_memory_lock pinning per agent, async
-copies with completion signals, code objects checked against the agent's
-target ID, kernarg layout from the NT_AMDGPU_METADATA note, AQL dispatch.
-Semantics (counts, splits, path choice) stay in common.py.
-"""
+"""AMDGPU plugin hooks over ROCr/HSA: agents and ISAs, memory pools (coarse-grained
+device memory, fine-grained host memory, the kernarg pool), hsa_amd_memory_lock
+pinning per agent, async copies with completion signals, code objects checked against
+the agent's target ID, kernarg layout from the NT_AMDGPU_METADATA note, AQL dispatch.
+Bindings are in _hsa_runtime.py; semantics (counts, splits, path choice) in common.py."""
 from __future__ import annotations
 
-import io
-import struct
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-import cffi
-
+from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, pack_scalar
+from ..targets import code_object_target, read_metadata, target_features
+from ._hsa_runtime import (
+    HSA, HSA_AGENT_INFO_DEVICE, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+    HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
+    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
+    HSA_AMD_MEMORY_POOL_INFO_SEGMENT, HSA_AMD_SEGMENT_GLOBAL,
+    HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, HSA_DEVICE_TYPE_CPU, HSA_DEVICE_TYPE_GPU,
+    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE,
+    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
+    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
+    HSA_EXT_POINTER_TYPE_HSA, HSA_EXT_POINTER_TYPE_LOCKED, HSA_FENCE_SCOPE_SYSTEM,
+    HSA_ISA_INFO_NAME, HSA_ISA_INFO_NAME_LENGTH, HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
+    HSA_PACKET_HEADER_BARRIER, HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE,
+    HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE, HSA_PACKET_HEADER_TYPE,
+    HSA_PACKET_TYPE_KERNEL_DISPATCH, HSA_PROFILE_FULL, HSA_QUEUE_TYPE_MULTI,
+    HSA_SIGNAL_CONDITION_LT, HSA_STATUS_SUCCESS, HSA_WAIT_STATE_BLOCKED, ffi, uint,
+)
+from .args import pack_scalar
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
-CDEF = """
-typedef int hsa_status_t;
-typedef struct hsa_agent_s { uint64_t handle; } hsa_agent_t;
-typedef struct hsa_signal_s { uint64_t handle; } hsa_signal_t;
-typedef struct hsa_isa_s { uint64_t handle; } hsa_isa_t;
-typedef struct hsa_amd_memory_pool_s { uint64_t handle; } hsa_amd_memory_pool_t;
-typedef struct hsa_code_object_reader_s { uint64_t handle; } hsa_code_object_reader_t;
-typedef struct hsa_executable_s { uint64_t handle; } hsa_executable_t;
-typedef struct hsa_executable_symbol_s { uint64_t handle; } hsa_executable_symbol_t;
-typedef struct hsa_loaded_code_object_s { uint64_t handle; } hsa_loaded_code_object_t;
-typedef int64_t hsa_signal_value_t;
-
-typedef struct hsa_queue_s {
-  uint32_t type;
-  uint32_t features;
-  void *base_address;
-  hsa_signal_t doorbell_signal;
-  uint32_t size;
-  uint32_t reserved1;
-  uint64_t id;
-} hsa_queue_t;
-
-typedef struct hsa_kernel_dispatch_packet_s {
-  uint16_t header;
-  uint16_t setup;
-  uint16_t workgroup_size_x;
-  uint16_t workgroup_size_y;
-  uint16_t workgroup_size_z;
-  uint16_t reserved0;
-  uint32_t grid_size_x;
-  uint32_t grid_size_y;
-  uint32_t grid_size_z;
-  uint32_t private_segment_size;
-  uint32_t group_segment_size;
-  uint64_t kernel_object;
-  void *kernarg_address;
-  uint64_t reserved2;
-  hsa_signal_t completion_signal;
-} hsa_kernel_dispatch_packet_t;
-
-typedef struct hsa_amd_pointer_info_s {
-  uint32_t size;
-  int type;
-  void *agentBaseAddress;
-  void *hostBaseAddress;
-  size_t sizeInBytes;
-  void *userData;
-  hsa_agent_t agentOwner;
-  uint32_t global_flags;
-} hsa_amd_pointer_info_t;
-
-hsa_status_t hsa_init(void);
-hsa_status_t hsa_shut_down(void);
-hsa_status_t hsa_status_string(hsa_status_t status, const char **status_string);
-hsa_status_t hsa_iterate_agents(hsa_status_t (*callback)(hsa_agent_t agent, void *data),
-                                void *data);
-hsa_status_t hsa_agent_get_info(hsa_agent_t agent, int attribute, void *value);
-hsa_status_t hsa_agent_iterate_isas(hsa_agent_t agent,
-                                    hsa_status_t (*callback)(hsa_isa_t isa, void *data),
-                                    void *data);
-hsa_status_t hsa_isa_get_info_alt(hsa_isa_t isa, int attribute, void *value);
-hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent,
-    hsa_status_t (*callback)(hsa_amd_memory_pool_t memory_pool, void *data), void *data);
-hsa_status_t hsa_amd_memory_pool_get_info(hsa_amd_memory_pool_t memory_pool, int attribute,
-                                          void *value);
-hsa_status_t hsa_amd_memory_pool_allocate(hsa_amd_memory_pool_t memory_pool, size_t size,
-                                          uint32_t flags, void **ptr);
-hsa_status_t hsa_amd_memory_pool_free(void *ptr);
-hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents, const hsa_agent_t *agents,
-                                         const uint32_t *flags, const void *ptr);
-hsa_status_t hsa_signal_create(hsa_signal_value_t initial_value, uint32_t num_consumers,
-                               const hsa_agent_t *consumers, hsa_signal_t *signal);
-hsa_status_t hsa_signal_destroy(hsa_signal_t signal);
-void hsa_signal_store_screlease(hsa_signal_t signal, hsa_signal_value_t value);
-hsa_signal_value_t hsa_signal_load_scacquire(hsa_signal_t signal);
-hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition,
-                                             hsa_signal_value_t compare_value,
-                                             uint64_t timeout_hint, int wait_state_hint);
-hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const void *src,
-                                       hsa_agent_t src_agent, size_t size,
-                                       uint32_t num_dep_signals,
-                                       const hsa_signal_t *dep_signals,
-                                       hsa_signal_t completion_signal);
-hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents,
-                                 int num_agent, void **agent_ptr);
-hsa_status_t hsa_amd_memory_unlock(void *host_ptr);
-hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
-                                  void *(*alloc)(size_t), uint32_t *num_agents_accessible,
-                                  hsa_agent_t **accessible);
-hsa_status_t hsa_code_object_reader_create_from_memory(const void *code_object, size_t size,
-    hsa_code_object_reader_t *code_object_reader);
-hsa_status_t hsa_code_object_reader_destroy(hsa_code_object_reader_t code_object_reader);
-hsa_status_t hsa_executable_create_alt(int profile, int default_float_rounding_mode,
-                                       const char *options, hsa_executable_t *executable);
-hsa_status_t hsa_executable_load_agent_code_object(hsa_executable_t executable,
-    hsa_agent_t agent, hsa_code_object_reader_t code_object_reader, const char *options,
-    hsa_loaded_code_object_t *loaded_code_object);
-hsa_status_t hsa_executable_freeze(hsa_executable_t executable, const char *options);
-hsa_status_t hsa_executable_destroy(hsa_executable_t executable);
-hsa_status_t hsa_executable_get_symbol_by_name(hsa_executable_t executable,
-    const char *symbol_name, const hsa_agent_t *agent, hsa_executable_symbol_t *symbol);
-hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t executable_symbol,
-                                            int attribute, void *value);
-hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, uint32_t type,
-    void (*callback)(hsa_status_t status, hsa_queue_t *source, void *data), void *data,
-    uint32_t private_segment_size, uint32_t group_segment_size, hsa_queue_t **queue);
-hsa_status_t hsa_queue_destroy(hsa_queue_t *queue);
-uint64_t hsa_queue_add_write_index_relaxed(const hsa_queue_t *queue, uint64_t value);
-uint64_t hsa_queue_load_read_index_scacquire(const hsa_queue_t *queue);
-"""
-
-# enum values, given explicitly (checked against the HSA headers by tests/test_amdgpu.py)
-HSA_STATUS_SUCCESS = 0x0
-HSA_STATUS_INFO_BREAK = 0x1
-HSA_STATUS_ERROR_INVALID_ARGUMENT = 0x1001
-HSA_STATUS_ERROR_OUT_OF_RESOURCES = 0x1008
-HSA_AGENT_INFO_NAME = 0
-HSA_AGENT_INFO_DEVICE = 17
-HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT = 0xA002
-HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009
-HSA_DEVICE_TYPE_CPU = 0
-HSA_DEVICE_TYPE_GPU = 1
-HSA_ISA_INFO_NAME_LENGTH = 0
-HSA_ISA_INFO_NAME = 1
-HSA_AMD_SEGMENT_GLOBAL = 0
-HSA_AMD_MEMORY_POOL_INFO_SEGMENT = 0
-HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS = 1
-HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED = 5
-HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT = 1
-HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED = 2
-HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED = 4
-HSA_EXT_POINTER_TYPE_UNKNOWN = 0
-HSA_EXT_POINTER_TYPE_HSA = 1
-HSA_EXT_POINTER_TYPE_LOCKED = 2
-HSA_SIGNAL_CONDITION_LT = 2
-HSA_WAIT_STATE_BLOCKED = 0
-HSA_PROFILE_FULL = 1
-HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT = 0
-HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT = 22
-HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE = 11
-HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE = 13
-HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE = 14
-HSA_QUEUE_TYPE_MULTI = 0
-HSA_PACKET_TYPE_KERNEL_DISPATCH = 2
-HSA_PACKET_HEADER_TYPE = 0
-HSA_PACKET_HEADER_BARRIER = 8
-HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE = 9
-HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE = 11
-HSA_FENCE_SCOPE_SYSTEM = 2
-HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS = 0
-
-# ELF e_flags of AMDGPU code objects (amd_hsa_elf.h), code object v4 and later
-EF_AMDGPU_MACH = 0x0FF
-EF_AMDGPU_FEATURE_XNACK_V4 = 0x300
-EF_AMDGPU_FEATURE_SRAMECC_V4 = 0xC00
-FEATURE_SETTINGS = {"xnack": {0x000: "unsupported", 0x100: "any", 0x200: "off", 0x300: "on"},
-                    "sramecc": {0x000: "unsupported", 0x400: "any", 0x800: "off",
-                                0xC00: "on"}}
-MACHINES = {  # EF_AMDGPU_MACH_AMDGCN_* -> processor
-    0x020: "gfx600", 0x021: "gfx601", 0x022: "gfx700", 0x023: "gfx701", 0x024: "gfx702",
-    0x025: "gfx703", 0x026: "gfx704", 0x028: "gfx801", 0x029: "gfx802", 0x02A: "gfx803",
-    0x02B: "gfx810", 0x02C: "gfx900", 0x02D: "gfx902", 0x02E: "gfx904", 0x02F: "gfx906",
-    0x030: "gfx908", 0x031: "gfx909", 0x032: "gfx90c", 0x033: "gfx1010", 0x034: "gfx1011",
-    0x035: "gfx1012", 0x036: "gfx1030", 0x037: "gfx1031", 0x038: "gfx1032",
-    0x039: "gfx1033", 0x03A: "gfx602", 0x03B: "gfx705", 0x03C: "gfx805", 0x03D: "gfx1035",
-    0x03E: "gfx1034", 0x03F: "gfx90a", 0x040: "gfx940", 0x041: "gfx1100", 0x042: "gfx1013",
-    0x043: "gfx1150", 0x044: "gfx1103", 0x045: "gfx1036", 0x046: "gfx1101",
-    0x047: "gfx1102", 0x048: "gfx1200", 0x04A: "gfx1151", 0x04B: "gfx941", 0x04C: "gfx942",
-    0x04E: "gfx1201", 0x055: "gfx1152",
-}  # checked against ROCm 5.2.3's amd_hsa_elf.h and against clang-19's output (tests)
-NT_AMDGPU_METADATA = 32
-
-_ffi = cffi.FFI()
-_ffi.cdef(CDEF)
-
-_STATUS_CODES = {HSA_STATUS_ERROR_OUT_OF_RESOURCES: ErrorCode.OUT_OF_RESOURCES,
-                 HSA_STATUS_ERROR_INVALID_ARGUMENT: ErrorCode.INVALID_ARGUMENT}
+_ffi = ffi
+_uint = uint
 
 
-class _HSA:
-    """libhsa-runtime64 with error checking: every status becomes an OffloadError
-    carrying HSA's own status string."""
+@dataclass
+class GPUAgent:
+    """A GPU agent found at start-up: its HSA handle, ISA name and device memory pool."""
 
-    def __init__(self, path: str):
-        self.lib = _ffi.dlopen(path)
-
-    def text(self, status: int) -> str:
-        s = _ffi.new("const char **")
-        if self.lib.hsa_status_string(status, s) == 0 and s[0] != _ffi.NULL:
-            return _ffi.string(s[0]).decode()
-        return f"HSA status 0x{status:x}"
-
-    def check(self, status: int, what: str) -> None:
-        if status != HSA_STATUS_SUCCESS:
-            raise OffloadError(_STATUS_CODES.get(status, ErrorCode.BACKEND_FAILURE),
-                               f"{what} failed: {self.text(status)}")
-
-
-def _uint(ptr: Any) -> int:
-    return int(_ffi.cast("uintptr_t", ptr))
-
-
-def target_features(isa_name: str) -> tuple[str, dict[str, str]]:
-    """('gfx90a', {'sramecc': 'on', 'xnack': 'off'}) from an ISA name or target ID."""
-    tail = isa_name.rsplit("--", 1)[-1]
-    proc, *feats = tail.split(":")
-    settings = {}
-    for f in feats:
-        if f and f[-1] in "+-":
-            settings[f[:-1]] = "on" if f[-1] == "+" else "off"
-    return proc, settings
-
-
-def code_object_target(flags: int) -> tuple[str, dict[str, str]]:
-    """The processor and xnack/sramecc settings in an AMDGPU code object's e_flags."""
-    proc = MACHINES.get(flags & EF_AMDGPU_MACH, f"unknown EF_AMDGPU_MACH 0x{flags & 0xFF:x}")
-    return proc, {"xnack": FEATURE_SETTINGS["xnack"][flags & EF_AMDGPU_FEATURE_XNACK_V4],
-                  "sramecc": FEATURE_SETTINGS["sramecc"][flags & EF_AMDGPU_FEATURE_SRAMECC_V4]}
-
-
-def read_metadata(binary: Binary) -> dict:
-    """The msgpack NT_AMDGPU_METADATA note of a code object, decoded."""
-    import msgpack
-    from elftools.elf.elffile import ELFFile
-    elf = ELFFile(io.BytesIO(binary.data))
-    for sec in elf.iter_sections():
-        if sec["sh_type"] != "SHT_NOTE":
-            continue
-        data = sec.data()
-        off = 0
-        while off + 12 <= len(data):
-            namesz, descsz, ntype = struct.unpack_from("<III", data, off)
-            name = data[off + 12:off + 12 + namesz].rstrip(b"\0")
-            desc_off = off + 12 + ((namesz + 3) & ~3)
-            desc = data[desc_off:desc_off + descsz]
-            off = desc_off + ((descsz + 3) & ~3)
-            if name == b"AMDGPU" and ntype == NT_AMDGPU_METADATA:
-                return msgpack.unpackb(desc, raw=False)
-    raise OffloadError(ErrorCode.INVALID_BINARY,
-                       "AMDGPU code object has no NT_AMDGPU_METADATA note")
+    agent: Any
+    isa: str
+    pool: Any
 
 
 @dataclass
 class _Kernel:
-    name: str
     kernel_object: int
     kernarg_size: int
     group_size: int
@@ -285,9 +68,9 @@ class AMDGPUDevice(GenericDevice):
 
     def _init_impl(self) -> None:
         info = self.plugin.gpus[self.id]
-        self.agent = info["agent"]
-        self.isa = info["isa"]
-        self.pool = info["pool"]
+        self.agent = info.agent
+        self.isa = info.isa
+        self.device_pool = info.pool
         self.processor, self.features = target_features(self.isa)
         hsa = self.plugin.hsa
         q = _ffi.new("hsa_queue_t **")
@@ -296,7 +79,6 @@ class AMDGPUDevice(GenericDevice):
                   "hsa_queue_create")
         self.hsa_queue = q[0]
         self._dispatch_lock = threading.Lock()
-        self._kernels: dict[tuple[int, str], _Kernel] = {}
 
     def _deinit_impl(self) -> None:
         lib = self.plugin.hsa.lib
@@ -309,7 +91,7 @@ class AMDGPUDevice(GenericDevice):
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
         hsa = self.plugin.hsa
         p = _ffi.new("void **")
-        pool = self.pool if kind is AllocKind.DEVICE else self.plugin.host_pool
+        pool = self.device_pool if kind is AllocKind.DEVICE else self.plugin.host_pool
         hsa.check(hsa.lib.hsa_amd_memory_pool_allocate(pool, size, 0, p),
                   f"hsa_amd_memory_pool_allocate({size})")
         if kind is not AllocKind.DEVICE:
@@ -407,16 +189,12 @@ class AMDGPUDevice(GenericDevice):
         except OffloadError:
             hsa.lib.hsa_code_object_reader_destroy(reader[0])
             raise
-        meta = read_metadata(binary)
+        meta = read_metadata(binary.data)
         kernels = {k[".name"]: k for k in meta.get("amdhsa.kernels", [])}
         return exe[0], reader[0], kernels
 
-    def kernel(self, program: Any, name: str) -> _Kernel:
+    def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
         exe, _, meta = program
-        key = (exe.handle, name)
-        k = self._kernels.get(key)
-        if k is not None:
-            return k
         hsa = self.plugin.hsa
         sym = _ffi.new("hsa_executable_symbol_t *")
         agent = _ffi.new("hsa_agent_t *", self.agent)
@@ -441,18 +219,19 @@ class AMDGPUDevice(GenericDevice):
                                f"kernel '{name}' has no entry in the code object's metadata")
         size = max(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE],
                    md.get(".kernarg_segment_size", 0))
-        k = _Kernel(name, values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT], size,
+        k = _Kernel(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT], size,
                     values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE],
                     values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE],
                     list(md.get(".args", [])))
-        self._kernels[key] = k
-        return k
-
-    def _launch_impl(self, program, binary, name, args, teams, threads, queue) -> None:
-        k = self.kernel(program, name)
         explicit = [a for a in k.args if not a[".value_kind"].startswith("hidden_")]
-        check_kernel_args(name, len(explicit), len(args),
-                          ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit))
+        return GenericKernel(name, k, explicit,
+                             ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit))
+
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
+                     threads: Optional[int], queue: Any) -> None:
+        k: _Kernel = kernel.handle
+        name = kernel.name
+        explicit = kernel.params
         wg = int(threads or 64)
         groups = int(teams or 1)
         kernarg = bytearray(max(k.kernarg_size, 8))
@@ -536,16 +315,17 @@ class AMDGPUPlugin(GenericPlugin):
     staging_chunk = 8 << 20
     staging_lanes = 8
 
-    def __init__(self, config):
+    hsa: HSA               # set by _init_impl, before any device exists
+
+    def __init__(self, config: Config):
         super().__init__(config)
-        self.hsa: Optional[_HSA] = None
-        self.gpus: list[dict] = []
+        self.gpus: list[GPUAgent] = []
         self._initialized = False
 
     # ---- discovery ----------------------------------------------------------
     def _init_impl(self) -> int:
         try:
-            self.hsa = _HSA(self.config.hsa_library)
+            self.hsa = HSA(self.config.hsa_library)
         except OSError as exc:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                f"{self.config.hsa_library} not loadable ({exc})") from None
@@ -582,7 +362,7 @@ class AMDGPUPlugin(GenericPlugin):
             pool = next((p for p, f in self._pools(agent)
                          if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED), None)
             if pool is not None:
-                self.gpus.append({"agent": agent, "isa": self._isa(agent), "pool": pool})
+                self.gpus.append(GPUAgent(agent, self._isa(agent), pool))
         if not self.gpus:
             self.reason = "HSA reports no GPU agent"
         return len(self.gpus)

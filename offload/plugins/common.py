@@ -1,89 +1,60 @@
 """GenericPlugin / GenericDevice: the plugin table, implemented once.
 
 A vendor plugin subclasses both and fills in the `_*_impl` hooks. Reference
-counting, overlap rules, splitting a transfer at pinned boundaries and the
-choice of transfer path live here, never in a vendor file.
+counting, overlap rules, splitting a transfer at pinned boundaries, the choice of
+transfer path, queues, the kernel cache and the device-memory pool live here and in
+the modules beside it (queues, staging, memory_pool, args), never in a vendor file.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import enum
-import os
-import struct
+import contextlib
 import threading
-from typing import Any, Optional, Sequence
-
-import cffi
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence
 
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind, PinnedMap
+from ._libc import memmove
+from .args import check_kernel_args, pack_scalar
+from .memory_pool import AllocKind, DevicePool
+from .queues import Queues
+from .staging import Staging
+
+__all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "check_kernel_args",
+           "memmove", "pack_scalar"]
 
 
-# memmove typed with integer addresses: the same calling convention as pointers on
-# the LP64 ABIs we run on, and no cdata casts on the hot path
-_ffi = cffi.FFI()
-_ffi.cdef("void *memmove(uintptr_t, uintptr_t, size_t);")
-_libc = _ffi.dlopen(None)
+@dataclass
+class GenericKernel:
+    """A kernel found in a loaded binary: the vendor's handle and its parameters."""
 
-
-def memmove(dst: int, src: int, size: int) -> None:
-    """memmove between two integer host addresses (the GIL is released)."""
-    _libc.memmove(dst, src, size)
-
-
-def check_kernel_args(name: str, expected: int, given: int, signature: str) -> None:
-    """The one error for a kernel called with the wrong number of arguments."""
-    if expected != given:
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"kernel '{name}' takes {expected} argument(s) ({signature}), "
-                           f"{given} given")
-
-
-def pack_scalar(value: Any, size: int, what: str) -> bytes:
-    """A kernel argument's bytes: a device address or integer, a float, or raw bytes of
-    the parameter's size (little-endian, as on every device we drive)."""
-    fmt = None
-    if isinstance(value, float):
-        fmt = {4: "<f", 8: "<d"}.get(size)
-    elif isinstance(value, (int, bool)):
-        fmt = {1: "<B", 2: "<h", 4: "<i", 8: "<q"}.get(size)
-        if size in (4, 8) and value >= 1 << (8 * size - 1):
-            fmt = fmt.upper()                       # an unsigned value (an address)
-    elif isinstance(value, (bytes, bytearray)) and len(value) == size:
-        return bytes(value)
-    if fmt is None:
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"{what}: cannot pass {type(value).__name__} as {size} bytes"
-                           f"{'; pass bytes for aggregates' if size not in (1, 2, 4, 8) else ''}")
-    return struct.pack(fmt, value)
-
-
-class AllocKind(enum.Enum):
-    DEVICE = "device"
-    HOST = "host"        # pinned host memory (llvm_omp_target_alloc_host)
-    SHARED = "shared"    # managed memory (llvm_omp_target_alloc_shared)
+    name: str
+    handle: Any
+    #: one entry per explicit parameter, in the vendor's terms (sizes, C types, metadata)
+    params: list = field(default_factory=list)
+    #: the parameter list for messages, e.g. "int *a, long n"
+    signature: str = ""
 
 
 class GenericDevice:
-    """One device of a plugin: allocations, loaded images, queues."""
+    """One device of a plugin: allocations, loaded images and kernels, queues, staging."""
 
-    def __init__(self, plugin: "GenericPlugin", local_id: int):
+    plugin: GenericPlugin
+
+    def __init__(self, plugin: GenericPlugin, local_id: int):
         self.plugin = plugin
         self.id = local_id
         self._allocs: dict[int, tuple[int, AllocKind]] = {}
         self._lock = threading.Lock()
         self._loaded: dict[str, Any] = {}
-        self._queues: list[Any] = []
-        self._all_queues: list[Any] = []
+        self._kernels: dict[tuple[str, str], GenericKernel] = {}
+        self.queues = Queues(self)
+        self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
+        self.pool = DevicePool(plugin.device_pool_bytes)
         #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
         self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
-        self._lane_sets: list[list[tuple[int, Any]]] = []    # staging buffers, all made
-        self._free_lanes: list[list[tuple[int, Any]]] = []   # ... and those not in use
-        self._stage_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._pool: dict[int, list[int]] = {}        # freed device memory, by exact size
-        self._pool_bytes = 0
 
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> None: ...
@@ -100,14 +71,18 @@ class GenericDevice:
                        pinned: Optional[int]) -> None:
         raise NotImplementedError
 
-    def _exchange_impl(self, src: int, dst_device: "GenericDevice", dst: int, size: int,
+    def _exchange_impl(self, src: int, dst_device: GenericDevice, dst: int, size: int,
                        queue: Any) -> bool:
         """Device -> device; False when this pair needs the host in between."""
         return False
 
     def _load_impl(self, binary: Binary) -> Any: raise NotImplementedError
 
-    def _launch_impl(self, program: Any, binary: Binary, name: str, args: Sequence[Any],
+    def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
+        """Find kernel `name` in a loaded program (raise NOT_FOUND when absent)."""
+        raise NotImplementedError
+
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any],
                      teams: Optional[int], threads: Optional[int], queue: Any) -> None:
         raise NotImplementedError
 
@@ -126,113 +101,33 @@ class GenericDevice:
 
     # ---- queues -----------------------------------------------------------
     def get_queue(self) -> Any:
-        with self._lock:
-            if self._queues:
-                return self._queues.pop()
-        q = self._create_queue_impl()
-        with self._lock:
-            self._all_queues.append(q)
-        return q
+        return self.queues.get()
 
     def release_queue(self, queue: Any) -> None:
-        with self._lock:
-            self._queues.append(queue)
+        self.queues.release(queue)
 
-    # ---- staged transfers of unpinned memory ---------------------------------
-    def _take_lanes(self, count: int) -> list[tuple[int, Any]]:
-        """A set of at least `count` staging buffers with their queues, for one transfer
-        alone (concurrent transfers get sets of their own; sets are reused)."""
-        with self._lock:
-            lanes = self._free_lanes.pop() if self._free_lanes else []
-            if not lanes:
-                self._lane_sets.append(lanes)
-        while len(lanes) < count:
-            lanes.append(self._alloc_staging_impl(self.plugin.staging_chunk))
-        return lanes
+    def queue(self, queue: Optional[Any] = None) -> contextlib.AbstractContextManager[Any]:
+        """`with dev.queue() as q:` a queue of our own, synchronized and given back at
+        the end; `dev.queue(q)` uses the caller's."""
+        return self.queues.borrow(queue)
 
-    def _give_lanes(self, lanes: list[tuple[int, Any]]) -> None:
-        with self._lock:
-            self._free_lanes.append(lanes)
-
-    def free_staging(self) -> None:
-        """Stop the staging workers and free their buffers (teardown)."""
-        pool, self._stage_pool = self._stage_pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-        sets, self._lane_sets, self._free_lanes = self._lane_sets, [], []
-        for lanes in sets:
-            for addr, q in lanes:
-                self._free_staging_impl(addr, q)
-
-    def staged(self, to_device: bool, tgt: int, host: int, size: int) -> None:
-        """Copy through the plugin's pinned staging buffers: several workers, each with
-        two buffers, take chunks as they free up (a slow worker delays no one) and
-        overlap the host memcpy of one chunk with the DMA of another."""
-        chunk = self.plugin.staging_chunk
-        nchunks = -(-size // chunk)
-        workers = max(1, min(self.plugin.staging_lanes // 2, nchunks,
-                             (os.cpu_count() or 2) - 1))
-        todo = iter(range(nchunks))            # shared: next() is atomic under the GIL
-        all_lanes = self._take_lanes(2 * workers)
-
-        def work(w: int) -> None:
-            lanes = all_lanes[2 * w:2 * w + 2]
-            pending: list[Optional[tuple[int, int]]] = [None, None]
-            for j, c in enumerate(todo):
-                buf, q = lanes[j % 2]
-                off = c * chunk
-                n = min(chunk, size - off)
-                if to_device:
-                    self._sync_impl(q)                 # the lane's last DMA is done
-                    memmove(buf, host + off, n)
-                    self._submit_impl(tgt + off, buf, n, q, buf)
-                else:
-                    self._retrieve_impl(buf, tgt + off, n, q, buf)
-                    k = (j + 1) % 2
-                    if pending[k] is not None:         # drain the other lane meanwhile
-                        self._sync_impl(lanes[k][1])
-                        memmove(host + pending[k][0], lanes[k][0], pending[k][1])
-                        pending[k] = None
-                    pending[j % 2] = (off, n)
-            for k in (0, 1):
-                self._sync_impl(lanes[k][1])
-                if pending[k] is not None:
-                    memmove(host + pending[k][0], lanes[k][0], pending[k][1])
-
-        try:
-            if workers == 1:
-                work(0)
-                return
-            with self._lock:
-                if self._stage_pool is None:
-                    self._stage_pool = concurrent.futures.ThreadPoolExecutor(
-                        self.plugin.staging_lanes // 2, thread_name_prefix="offload-staging")
-                pool = self._stage_pool
-            futures = [pool.submit(work, w) for w in range(workers)]
-            concurrent.futures.wait(futures)       # all done before the lanes go back
-            for f in futures:
-                f.result()
-        finally:
-            self._give_lanes(all_lanes)
+    def drain(self) -> None:
+        """Wait for every queue this device made."""
+        self.queues.drain()
 
     # ---- allocations ------------------------------------------------------
     def alloc(self, size: int, kind: AllocKind) -> int:
         if size <= 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot allocate {size} bytes: size must be positive")
-        with self._lock:
-            cached = self._pool.get(size) if kind is AllocKind.DEVICE else None
-            if cached:
-                addr = cached.pop()
-                self._pool_bytes -= size
-                self._allocs[addr] = (size, kind)
-                return addr
-        try:
-            addr = self._alloc_impl(size, kind)
-        except OffloadError as exc:
-            if exc.code is not ErrorCode.OUT_OF_RESOURCES or not self.trim_pool():
-                raise
-            addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
+        addr = self.pool.take(size) if kind is AllocKind.DEVICE else None
+        if addr is None:
+            try:
+                addr = self._alloc_impl(size, kind)
+            except OffloadError as exc:
+                if exc.code is not ErrorCode.OUT_OF_RESOURCES or not self.trim_pool():
+                    raise
+                addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
         with self._lock:
             self._allocs[addr] = (size, kind)
         return addr
@@ -246,40 +141,26 @@ class GenericDevice:
                                    f"0x{addr:x} is not memory allocated{what} on device "
                                    f"{self.id} of plugin {self.plugin.name}")
             del self._allocs[addr]
-            size, kind = rec
-            if kind is AllocKind.DEVICE and \
-                    self._pool_bytes + size <= self.plugin.device_pool_bytes:
-                self._pool.setdefault(size, []).append(addr)     # kept for the next alloc
-                self._pool_bytes += size
-                return size
+        size, kind = rec
+        if kind is AllocKind.DEVICE and self.pool.give(addr, size):
+            return size                                 # kept for the next alloc
         self._free_impl(addr, size, kind)
         return size
 
     def trim_pool(self) -> int:
         """Give the pool's cached device memory back to the driver; bytes freed."""
-        with self._lock:
-            pool, self._pool, freed, self._pool_bytes = self._pool, {}, self._pool_bytes, 0
-        for size, addrs in pool.items():
-            for addr in addrs:
-                self._free_impl(addr, size, AllocKind.DEVICE)
-        return freed
+        blocks = self.pool.trim()
+        for addr, size in blocks:
+            self._free_impl(addr, size, AllocKind.DEVICE)
+        return sum(size for _, size in blocks)
 
     def allocation(self, addr: int) -> Optional[tuple[int, AllocKind]]:
         return self._allocs.get(addr)
 
-    # ---- images -----------------------------------------------------------
-    def load(self, binary: Binary) -> Any:
-        prog = self._loaded.get(binary.digest)
-        if prog is None:
-            prog = self._load_impl(binary)
-            with self._lock:
-                prog = self._loaded.setdefault(binary.digest, prog)
-        return prog
-
-    def drain(self) -> None:
-        """Wait for every queue this device made."""
-        for q in list(self._all_queues):
-            self._sync_impl(q)
+    def live_allocations(self) -> int:
+        """Allocations made and not freed (blocks kept by the pool not counted)."""
+        with self._lock:
+            return len(self._allocs)
 
     def free_all(self, kinds: tuple[AllocKind, ...]) -> None:
         """Free what is still allocated with one of `kinds` (teardown)."""
@@ -289,6 +170,25 @@ class GenericDevice:
                 del self._allocs[a]
         for addr, (size, kind) in gone.items():
             self._free_impl(addr, size, kind)
+
+    # ---- images and kernels -------------------------------------------------
+    def load(self, binary: Binary) -> Any:
+        prog = self._loaded.get(binary.digest)
+        if prog is None:
+            prog = self._load_impl(binary)
+            with self._lock:
+                prog = self._loaded.setdefault(binary.digest, prog)
+        return prog
+
+    def kernel(self, binary: Binary, name: str) -> GenericKernel:
+        """Kernel `name` of `binary`, loading the binary first (both cached)."""
+        key = (binary.digest, name)
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernel_impl(self.load(binary), binary, name)
+            with self._lock:
+                k = self._kernels.setdefault(key, k)
+        return k
 
 
 class GenericPlugin:
@@ -336,6 +236,14 @@ class GenericPlugin:
 
     def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
         return None
+
+    def architecture(self, d: int = 0) -> Optional[str]:
+        """The architecture name of device d (e.g. 'sm_90', 'gfx90a'); None if unknown."""
+        return None
+
+    def locked_pages(self) -> int:
+        """Pages this plugin has page-locked itself (0 where the driver keeps count)."""
+        return 0
 
     # ---- PinDriver, for PinnedMap -----------------------------------------
     def pin(self, device: int, host: int, size: int, first: bool, read_only: bool) -> int:
@@ -430,26 +338,20 @@ class GenericPlugin:
                   queue: Any) -> None:
         dev = self.device(d)
         stats = dev.stats
-        own = queue is None and self.asynchronous
-        q = dev.get_queue() if own else queue
         stage = self.staging_threshold
-        try:
+        ctx = dev.queue(queue) if self.asynchronous else contextlib.nullcontext(queue)
+        with ctx as q:
             for off, n, via in self.pinned.translate(host, size, d):
                 if via is None and stage is not None and n >= stage:
                     if q is not None:          # staging runs on queues of its own: what
                         dev._sync_impl(q)      # was enqueued before (a kernel) goes first
-                    dev.staged(to_device, tgt + off, host + off, n)
+                    dev.staging.copy(to_device, tgt + off, host + off, n)
                 elif to_device:
                     dev._submit_impl(tgt + off, host + off, n, q, via)
                 else:
                     dev._retrieve_impl(host + off, tgt + off, n, q, via)
                 key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
                 stats[key] += n
-            if own:
-                dev._sync_impl(q)
-        finally:
-            if own:
-                dev.release_queue(q)
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: "GenericPlugin", dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:
@@ -488,7 +390,9 @@ class GenericPlugin:
                       teams: Optional[int] = None, threads: Optional[int] = None,
                       queue: Any = None) -> None:
         dev = self.device(d)
-        dev._launch_impl(dev.load(binary), binary, name, args, teams, threads, queue)
+        k = dev.kernel(binary, name)
+        check_kernel_args(name, len(k.params), len(args), k.signature)
+        dev._launch_impl(k, args, teams, threads, queue)
 
     def synchronize(self, d: int, queue: Any) -> None:
         self.device(d)._sync_impl(queue)
@@ -520,7 +424,7 @@ class GenericPlugin:
                     pass
         for dev in devices:
             dev.free_all((AllocKind.HOST,))
-            dev.free_staging()
+            dev.staging.close()
             dev._deinit_impl()
         self._deinit_impl()
 

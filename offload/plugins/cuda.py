@@ -1,150 +1,27 @@
-"""CUDA plugin: the CUDA driver API through cffi ABI mode on libcuda.so.1.
-
-Versioned entry points and explicit enum values; primary contexts; streams
-as queues; cuMemHostRegister pinning; cubin/PTX images; NVRTC for
-compile_cuda. Semantics (counts, splits, path choice) stay in common.py.
-"""
+"""CUDA plugin hooks: primary contexts, streams as queues, cuMemHostRegister pinning,
+cubin/PTX images. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantics
+(counts, splits, path choice) stay in common.py."""
 from __future__ import annotations
 
-import ctypes.util
-import glob
-import os
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-import cffi
-
+from ..config import Config
 from ..errors import ErrorCode, OffloadError
-from ..image import Binary, Image
-from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, pack_scalar
+from ..image import Binary
+from ..targets import cubin_sm
+from ._cuda_driver import (
+    ATTRIBUTES, CU_MEM_ATTACH_GLOBAL, CU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_PORTABLE,
+    CU_MEMHOSTREGISTER_READ_ONLY, CU_MEMORYTYPE_HOST, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    CU_STREAM_NON_BLOCKING, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Driver, ffi,
+)
+from ._cuda_driver import ptr as _ptr
+from .args import pack_scalar
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
-CDEF = """
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
-typedef void *CUstream;
-typedef void *CUevent;
-
-CUresult cuInit(unsigned int Flags);
-CUresult cuDriverGetVersion(int *driverVersion);
-CUresult cuGetErrorName(CUresult error, const char **pStr);
-CUresult cuGetErrorString(CUresult error, const char **pStr);
-CUresult cuDeviceGetCount(int *count);
-CUresult cuDeviceGet(CUdevice *device, int ordinal);
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
-CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
-CUresult cuMemFreeHost(void *p);
-CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
-CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
-CUresult cuMemHostUnregister(void *p);
-CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
-CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-                              CUstream hStream);
-CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                              CUstream hStream);
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
-                              CUstream hStream);
-CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
-                           CUcontext srcContext, size_t ByteCount, CUstream hStream);
-CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
-CUresult cuStreamDestroy_v2(CUstream hStream);
-CUresult cuStreamSynchronize(CUstream hStream);
-CUresult cuStreamQuery(CUstream hStream);
-CUresult cuModuleLoadData(CUmodule *module, const void *image);
-CUresult cuModuleUnload(CUmodule hmod);
-CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
-CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
-                            size_t *paramSize);
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                        void **kernelParams, void **extra);
-"""
-
-NVRTC_CDEF = """
-typedef int nvrtcResult;
-typedef void *nvrtcProgram;
-const char *nvrtcGetErrorString(nvrtcResult result);
-nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name,
-                               int numHeaders, const char *const *headers,
-                               const char *const *includeNames);
-nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
-nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions, const char *const *options);
-nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet);
-nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
-nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);
-nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);
-nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet);
-nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
-"""
-
-# enum values, given explicitly (checked against cuda.h by tests/test_cuda_header.py)
-CUDA_SUCCESS = 0
-CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_OUT_OF_MEMORY = 2
-CUDA_ERROR_NO_DEVICE = 100
-CUDA_ERROR_NOT_READY = 600
-CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
-CU_MEMHOSTREGISTER_PORTABLE = 0x01
-CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
-CU_MEMHOSTREGISTER_READ_ONLY = 0x08
-CU_MEM_ATTACH_GLOBAL = 0x1
-CU_STREAM_NON_BLOCKING = 0x1
-CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
-CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
-CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
-CU_MEMORYTYPE_HOST = 1
-ATTRIBUTES = {                                      # CU_DEVICE_ATTRIBUTE_*
-    "multiprocessors": 16, "max threads per block": 1, "compute capability major": 75,
-    "compute capability minor": 76, "unified addressing": 41, "async engines": 40,
-    "pci bus id": 33, "pageable memory access": 88, "host register supported": 99,
-    "read-only host register supported": 113,
-}
-
-_ffi = cffi.FFI()
-_ffi.cdef(CDEF)
-_nvrtc_ffi = cffi.FFI()
-_nvrtc_ffi.cdef(NVRTC_CDEF)
-
-_RESULT_CODES = {CUDA_ERROR_OUT_OF_MEMORY: ErrorCode.OUT_OF_RESOURCES,
-                 CUDA_ERROR_INVALID_VALUE: ErrorCode.INVALID_VALUE,
-                 CUDA_ERROR_NO_DEVICE: ErrorCode.NOT_FOUND}
-
-
-class _Driver:
-    """libcuda with error checking: `drv.call('cuMemAlloc_v2', ...)` raises on failure."""
-
-    def __init__(self, path: str):
-        self.lib = _ffi.dlopen(path)
-
-    def text(self, rc: int) -> str:
-        name = _ffi.new("const char **")
-        desc = _ffi.new("const char **")
-        n = _ffi.string(name[0]).decode() if self.lib.cuGetErrorName(rc, name) == 0 else "?"
-        d = _ffi.string(desc[0]).decode() if self.lib.cuGetErrorString(rc, desc) == 0 else ""
-        return f"{n} ({rc}): {d}"
-
-    def check(self, rc: int, what: str) -> None:
-        if rc != CUDA_SUCCESS:
-            raise OffloadError(_RESULT_CODES.get(rc, ErrorCode.BACKEND_FAILURE),
-                               f"{what} failed: {self.text(rc)}")
-
-
-_ptr = _ffi.cast
-
+_ffi = ffi
 
 class CUDADevice(GenericDevice):
     plugin: "CUDAPlugin"
@@ -159,7 +36,6 @@ class CUDADevice(GenericDevice):
                   "cuDevicePrimaryCtxRetain")
         self.context = ctx[0]
         self.sm = (self._attr("compute capability major"), self._attr("compute capability minor"))
-        self._functions: dict[tuple[int, str], tuple[Any, list[int]]] = {}
 
     def activate(self) -> None:
         """Make this device's primary context current on the calling thread."""
@@ -178,8 +54,7 @@ class CUDADevice(GenericDevice):
     def _deinit_impl(self) -> None:
         lib = self.plugin.drv.lib
         self.activate()
-        for q in self._all_queues:
-            lib.cuStreamDestroy_v2(q)
+        self.queues.destroy_all()
         for mod in self._loaded.values():
             lib.cuModuleUnload(mod)
         lib.cuDevicePrimaryCtxRelease_v2(self.cu_device)
@@ -205,20 +80,20 @@ class CUDADevice(GenericDevice):
         drv = self.plugin.drv
         self.activate()
         if kind is AllocKind.HOST:
-            drv.check(drv.lib.cuMemFreeHost(_ptr("void *", addr)), "cuMemFreeHost")
+            drv.check(drv.lib.cuMemFreeHost(_ptr(addr)), "cuMemFreeHost")
         else:
             drv.check(drv.lib.cuMemFree_v2(addr), "cuMemFree")
 
     def _submit_impl(self, tgt, host, size, queue, pinned) -> None:
         self.activate()
         self.plugin.drv.check(self.plugin.drv.lib.cuMemcpyHtoDAsync_v2(
-            tgt, _ptr("void *", host), size, queue), "cuMemcpyHtoDAsync")
+            tgt, _ptr(host), size, queue), "cuMemcpyHtoDAsync")
         # a pageable source is staged by the driver before the call returns
 
     def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
         self.activate()
         self.plugin.drv.check(self.plugin.drv.lib.cuMemcpyDtoHAsync_v2(
-            _ptr("void *", host), tgt, size, queue), "cuMemcpyDtoHAsync")
+            _ptr(host), tgt, size, queue), "cuMemcpyDtoHAsync")
         # to pageable memory the driver returns only once the copy is complete
 
     def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
@@ -226,17 +101,14 @@ class CUDADevice(GenericDevice):
             return False
         self.activate()
         lib = self.plugin.drv.lib
-        q = queue if queue is not None else self.get_queue()
-        try:
+        with self.queue(queue) as q:
             if dst_device is self:
                 rc = lib.cuMemcpyDtoDAsync_v2(dst, src, size, q)
             else:
                 rc = lib.cuMemcpyPeerAsync(dst, dst_device.context, src, self.context, size, q)
             self.plugin.drv.check(rc, "device-to-device copy")
-            self._sync_impl(q)
-        finally:
-            if queue is None:
-                self.release_queue(q)
+        if queue is not None:
+            self._sync_impl(queue)
         return True
 
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
@@ -248,7 +120,7 @@ class CUDADevice(GenericDevice):
 
     def _free_staging_impl(self, addr: int, queue: Any) -> None:
         self.activate()
-        self.plugin.drv.lib.cuMemFreeHost(_ptr("void *", addr))
+        self.plugin.drv.lib.cuMemFreeHost(_ptr(addr))
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     # ---- queues -----------------------------------------------------------
@@ -258,6 +130,9 @@ class CUDADevice(GenericDevice):
         self.plugin.drv.check(self.plugin.drv.lib.cuStreamCreate(s, CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate")
         return s[0]
+
+    def _destroy_queue_impl(self, queue: Any) -> None:
+        self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     def _sync_impl(self, queue: Any) -> None:
         if queue is None:
@@ -285,30 +160,25 @@ class CUDADevice(GenericDevice):
                               f"cuModuleLoadData({binary.describe()})")
         return mod[0]
 
-    def function(self, module: Any, name: str) -> tuple[Any, list[int]]:
-        cache = self._functions
-        key = (int(_ffi.cast("uintptr_t", module)), name)
-        if key in cache:
-            return cache[key]
+    def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
         self.activate()
         f = _ffi.new("CUfunction *")
-        rc = self.plugin.drv.lib.cuModuleGetFunction(f, module, name.encode())
+        rc = self.plugin.drv.lib.cuModuleGetFunction(f, program, name.encode())
         if rc != CUDA_SUCCESS:
             raise OffloadError(ErrorCode.NOT_FOUND,
                                f"kernel '{name}' not found: {self.plugin.drv.text(rc)}")
-        sizes = []
+        sizes: list[int] = []
         off, size = _ffi.new("size_t *"), _ffi.new("size_t *")
         while self.plugin.drv.lib.cuFuncGetParamInfo(f[0], len(sizes), off, size) == 0:
             sizes.append(size[0])
-        cache[key] = (f[0], sizes)
-        return cache[key]
+        return GenericKernel(name, f[0], sizes, f"parameter sizes {sizes}")
 
-    def _launch_impl(self, program, binary, name, args, teams, threads, queue) -> None:
-        fn, sizes = self.function(program, name)
-        check_kernel_args(name, len(sizes), len(args), f"sizes {sizes}")
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
+                     threads: Optional[int], queue: Any) -> None:
+        name = kernel.name
         params = _ffi.new("void *[]", max(1, len(args)))
         keep = []
-        for i, (a, sz) in enumerate(zip(args, sizes)):
+        for i, (a, sz) in enumerate(zip(args, kernel.params)):
             c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
             keep.append(c)
             params[i] = c
@@ -316,7 +186,7 @@ class CUDADevice(GenericDevice):
         block = int(threads or 128)
         self.activate()
         self.plugin.drv.check(self.plugin.drv.lib.cuLaunchKernel(
-            fn, grid, 1, 1, block, 1, 1, 0, queue, params, _ffi.NULL),
+            kernel.handle, grid, 1, 1, block, 1, 1, 0, queue, params, _ffi.NULL),
             f"cuLaunchKernel({name}, grid={grid}, block={block})")
 
     def _is_accessible_impl(self, host: int, size: int) -> bool:
@@ -351,14 +221,16 @@ class CUDAPlugin(GenericPlugin):
     staging_chunk = 4 << 20
     staging_lanes = 32
 
-    def __init__(self, config):
+    drv: Driver            # set by _init_impl, before any device exists
+
+    def __init__(self, config: Config):
         super().__init__(config)
         self.tls = threading.local()
-        self.drv: Optional[_Driver] = None
+        
 
     def _init_impl(self) -> int:
         try:
-            self.drv = _Driver(self.config.cuda_library)
+            self.drv = Driver(self.config.cuda_library)
         except OSError as exc:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                f"{self.config.cuda_library} not loadable ({exc})") from None
@@ -400,7 +272,7 @@ class CUDAPlugin(GenericPlugin):
         dev = self.device(d)
         dev.activate()
         out = _ffi.new("CUdeviceptr *")
-        self.drv.check(self.drv.lib.cuMemHostGetDevicePointer_v2(out, _ptr("void *", host), 0),
+        self.drv.check(self.drv.lib.cuMemHostGetDevicePointer_v2(out, _ptr(host), 0),
                        "cuMemHostGetDevicePointer")
         return int(out[0])
 
@@ -413,7 +285,7 @@ class CUDAPlugin(GenericPlugin):
             if read_only:
                 flags |= CU_MEMHOSTREGISTER_READ_ONLY
             dev.activate()
-            rc = self.drv.lib.cuMemHostRegister_v2(_ptr("void *", host), size, flags)
+            rc = self.drv.lib.cuMemHostRegister_v2(_ptr(host), size, flags)
             if rc == CUDA_ERROR_OUT_OF_MEMORY:
                 raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
                                    f"cuMemHostRegister(0x{host:x}, {size}) failed: "
@@ -424,7 +296,7 @@ class CUDAPlugin(GenericPlugin):
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
         if last:
             self.device(device).activate()
-            self.drv.check(self.drv.lib.cuMemHostUnregister(_ptr("void *", host)),
+            self.drv.check(self.drv.lib.cuMemHostUnregister(_ptr(host)),
                            f"cuMemHostUnregister(0x{host:x})")
 
     def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
@@ -448,77 +320,3 @@ class CUDAPlugin(GenericPlugin):
         else:
             base, n = int(start[0]), int(rsize[0])
         return base, n, self._device_pointer(devs[0].id, base)
-
-
-def cubin_sm(flags: int, abiversion: int) -> int:
-    """The SM number in a cubin's e_flags: bits 8-15 from ELF ABI version 8 (CUDA 13), else 0-7."""
-    return (flags >> 8) & 0xFF if abiversion >= 8 else flags & 0xFF
-
-
-# ---- NVRTC --------------------------------------------------------------------------
-_nvrtc = None
-
-
-def _load_nvrtc():
-    global _nvrtc
-    if _nvrtc is not None:
-        return _nvrtc
-    from .. import config as _config
-    path = _config.read().nvrtc_library
-    cands = [path] if path else []
-    cands += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"), reverse=True)
-    try:
-        import nvidia  # type: ignore  # pip's nvidia-cuda-nvrtc wheels
-        for base in getattr(nvidia, "__path__", []):
-            cands += sorted(glob.glob(os.path.join(base, "*", "lib", "libnvrtc.so*")),
-                            reverse=True)
-    except ImportError:
-        pass
-    cands += [n for n in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                          ctypes.util.find_library("nvrtc")) if n]
-    for c in cands:
-        try:
-            _nvrtc = _nvrtc_ffi.dlopen(c)
-            return _nvrtc
-        except OSError:
-            continue
-    raise OffloadError(ErrorCode.UNSUPPORTED,
-                       f"compile_cuda needs NVRTC (libnvrtc), not found "
-                       f"(tried {len(cands)} names; set OFFLOAD_CUDA_NVRTC_LIBRARY)")
-
-
-def compile_cuda(source: str, arch: str = "sm_90", ptx: bool = False) -> Image:
-    """CUDA C++ -> cubin (or PTX, which the driver JIT-compiles) with NVRTC for `arch`
-    (e.g. 'sm_90'; PTX is made for the matching 'compute_90')."""
-    lib = _load_nvrtc()
-    prog = _nvrtc_ffi.new("nvrtcProgram *")
-
-    def check(rc, what):
-        if rc != 0:
-            raise OffloadError(ErrorCode.BACKEND_FAILURE,
-                               f"{what}: {_nvrtc_ffi.string(lib.nvrtcGetErrorString(rc)).decode()}")
-
-    check(lib.nvrtcCreateProgram(prog, source.encode(), b"offload.cu", 0, _nvrtc_ffi.NULL,
-                                 _nvrtc_ffi.NULL), "nvrtcCreateProgram")
-    try:
-        if ptx:
-            arch = arch.replace("sm_", "compute_")
-        opts = [_nvrtc_ffi.new("char[]", f"--gpu-architecture={arch}".encode())]
-        rc = lib.nvrtcCompileProgram(prog[0], len(opts), opts)
-        if rc != 0:
-            n = _nvrtc_ffi.new("size_t *")
-            lib.nvrtcGetProgramLogSize(prog[0], n)
-            log = _nvrtc_ffi.new("char[]", n[0] + 1)
-            lib.nvrtcGetProgramLog(prog[0], log)
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"compile_cuda failed:\n{_nvrtc_ffi.string(log).decode()}")
-        n = _nvrtc_ffi.new("size_t *")
-        get_size, get = ((lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx
-                         else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN))
-        check(get_size(prog[0], n), "nvrtcGet(PTX|CUBIN)Size")
-        out = _nvrtc_ffi.new("char[]", n[0])
-        check(get(prog[0], out), "nvrtcGet(PTX|CUBIN)")
-        data = bytes(_nvrtc_ffi.buffer(out, n[0])).rstrip(b"\0")
-    finally:
-        lib.nvrtcDestroyProgram(prog)
-    return Image([Binary.from_bytes(data)])

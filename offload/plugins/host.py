@@ -16,7 +16,9 @@ import cffi
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .common import AllocKind, GenericDevice, GenericPlugin, check_kernel_args, memmove
+from ..pinned import Kind
+from ._libc import memmove
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -104,7 +106,7 @@ class _PageLocks:
 
 
 class _Program:
-    """A loaded host shared object: its cffi library and per-kernel signatures."""
+    """A loaded host shared object: its cffi library, typed from the C prototypes."""
 
     def __init__(self, binary: Binary, path: str):
         self.ffi = cffi.FFI()
@@ -115,30 +117,6 @@ class _Program:
             except cffi.CDefError as exc:
                 self.errors[name] = f"{decl!r}: {exc}"
         self.lib = self.ffi.dlopen(path)
-        self.functions: dict[str, tuple[Any, list]] = {}
-
-    def function(self, binary: Binary, name: str) -> tuple[Any, list]:
-        f = self.functions.get(name)
-        if f is not None:
-            return f
-        if name in self.errors:
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"cannot type kernel '{name}': {self.errors[name]}")
-        if name not in binary.prototypes:
-            raise OffloadError(ErrorCode.NOT_FOUND,
-                               f"no C prototype for kernel '{name}' in this host image "
-                               f"(known: {', '.join(binary.prototypes) or 'none'}); "
-                               f"pass prototypes= to load_image")
-        try:
-            fn = getattr(self.lib, name)
-        except AttributeError:
-            raise OffloadError(ErrorCode.NOT_FOUND,
-                               f"kernel '{name}' is not defined in the image") from None
-        params = []
-        for t in self.ffi.typeof(fn).args:
-            params.append((t, t.kind == "pointer"))
-        self.functions[name] = (fn, params)
-        return fn, params
 
 
 class HostDevice(GenericDevice):
@@ -179,18 +157,34 @@ class HostDevice(GenericDevice):
         self.plugin.check_binary(binary)
         return _Program(binary, binary.file(self.plugin.config.cache_dir))
 
-    def _launch_impl(self, program: _Program, binary: Binary, name: str, args: Sequence[Any],
-                     teams, threads, queue) -> None:
-        fn, params = program.function(binary, name)
-        check_kernel_args(name, len(params), len(args), binary.prototypes.get(name, "?"))
+    def _kernel_impl(self, program: _Program, binary: Binary, name: str) -> GenericKernel:
+        if name in program.errors:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"cannot type kernel '{name}': {program.errors[name]}")
+        if name not in binary.prototypes:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"no C prototype for kernel '{name}' in this host image "
+                               f"(known: {', '.join(binary.prototypes) or 'none'}); "
+                               f"pass prototypes= to load_image")
+        try:
+            fn = getattr(program.lib, name)
+        except AttributeError:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"kernel '{name}' is not defined in the image") from None
+        params = [(t, t.kind == "pointer") for t in program.ffi.typeof(fn).args]
+        return GenericKernel(name, (program.ffi, fn), params, binary.prototypes[name])
+
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
+                     threads: Optional[int], queue: Any) -> None:
+        ffi, fn = kernel.handle
         conv = []
-        for (t, is_ptr), a in zip(params, args):
-            conv.append(_ffi_cast(program.ffi, t, a) if is_ptr else a)
+        for (t, is_ptr), a in zip(kernel.params, args):
+            conv.append(_ffi_cast(ffi, t, a) if is_ptr else a)
         try:
             fn(*conv)
         except (TypeError, OverflowError) as exc:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"bad argument for kernel '{name}': {exc}") from None
+                               f"bad argument for kernel '{kernel.name}': {exc}") from None
 
     def _is_accessible_impl(self, host: int, size: int) -> bool:
         return True
@@ -247,3 +241,16 @@ class HostPlugin(GenericPlugin):
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
         if last:
             self.pages.unlock(host, size)
+
+    def locked_pages(self) -> int:
+        """Distinct pages under our pinned entries (VmLck / page size, when nothing else
+        in the process mlocks)."""
+        ranges = sorted((e.host // PAGE, -(-e.end // PAGE)) for e in self.pinned.entries()
+                        if e.kind is not Kind.EXTERNAL)
+        total, reach = 0, 0
+        for lo, hi in ranges:
+            lo = max(lo, reach)
+            if hi > lo:
+                total += hi - lo
+                reach = hi
+        return total

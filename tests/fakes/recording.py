@@ -3,10 +3,23 @@ from __future__ import annotations
 
 import threading
 
+from offload import ErrorCode, OffloadError
 from offload.plugins.host import HostDevice, HostPlugin
 
 
 class RecordingDevice(HostDevice):
+    def _alloc_impl(self, size, kind):
+        if self.plugin.fail_allocs:
+            self.plugin.fail_allocs -= 1
+            raise OffloadError(ErrorCode.OUT_OF_RESOURCES, "out of device memory (injected)")
+        addr = super()._alloc_impl(size, kind)
+        self.plugin.record("alloc", addr, size, kind)
+        return addr
+
+    def _free_impl(self, addr, size, kind):
+        self.plugin.record("free", addr, size, kind)
+        super()._free_impl(addr, size, kind)
+
     def _submit_impl(self, tgt, host, size, queue, pinned):
         self.plugin.record("submit", host, size, pinned is not None)
         super()._submit_impl(tgt, host, size, queue, pinned)
@@ -25,6 +38,7 @@ class RecordingPlugin(HostPlugin):
     def __init__(self, config):
         super().__init__(config)
         self.calls: list[tuple] = []
+        self.fail_allocs = 0           # this many next allocations run out of memory
         self._rec_lock = threading.Lock()
 
     def record(self, *call) -> None:

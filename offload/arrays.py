@@ -1,0 +1,54 @@
+"""numpy and buffer objects turned into (address, size, owner), once, at the API edge."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ErrorCode, OffloadError
+
+
+def address(x: Any) -> int:
+    """An int address from an int, None (0) or any buffer-protocol object."""
+    if x is None:
+        return 0
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    if isinstance(x, np.ndarray):
+        return int(x.__array_interface__["data"][0])
+    try:
+        return int(np.asarray(memoryview(x)).__array_interface__["data"][0])
+    except (TypeError, ValueError):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"expected an address (int) or an array, got "
+                           f"{type(x).__name__}") from None
+
+
+def as_array(a: Any, what: str) -> np.ndarray:
+    """`a` as a contiguous numpy array that shares its memory (never a copy)."""
+    if isinstance(a, np.ndarray):
+        arr = a
+    else:
+        try:
+            arr = np.asarray(memoryview(a))
+        except (TypeError, ValueError):
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"{what}: expected a numpy array or buffer, got "
+                               f"{type(a).__name__}") from None
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: cannot map a non-contiguous array (shape {arr.shape}, "
+                           f"strides {arr.strides}); pass a contiguous copy or section")
+    return arr
+
+
+def span(arr: np.ndarray) -> tuple[int, int]:
+    """(address of the first byte, size in bytes) of a contiguous array."""
+    return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
+
+
+def describe(arr: Any) -> str:
+    """A short name for messages: 'float64[100]'."""
+    if isinstance(arr, np.ndarray):
+        return f"{arr.dtype}[{', '.join(map(str, arr.shape))}]"
+    return type(arr).__name__

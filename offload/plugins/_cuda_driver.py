@@ -1,0 +1,116 @@
+"""Bindings to the CUDA driver API (libcuda.so.1) through cffi ABI mode: declarations,
+enum values, and the error check. No policy here; the hooks are in cuda.py."""
+from __future__ import annotations
+
+import cffi
+
+from ..errors import ErrorCode, OffloadError
+
+CDEF = """
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *CUevent;
+
+CUresult cuInit(unsigned int Flags);
+CUresult cuDriverGetVersion(int *driverVersion);
+CUresult cuGetErrorName(CUresult error, const char **pStr);
+CUresult cuGetErrorString(CUresult error, const char **pStr);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGet(CUdevice *device, int ordinal);
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
+CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                           CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+CUresult cuStreamDestroy_v2(CUstream hStream);
+CUresult cuStreamSynchronize(CUstream hStream);
+CUresult cuStreamQuery(CUstream hStream);
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                            size_t *paramSize);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void **kernelParams, void **extra);
+"""
+
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
+CU_MEMHOSTREGISTER_PORTABLE = 0x01
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+CU_MEMHOSTREGISTER_READ_ONLY = 0x08
+CU_MEM_ATTACH_GLOBAL = 0x1
+CU_STREAM_NON_BLOCKING = 0x1
+CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
+CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
+CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
+CU_MEMORYTYPE_HOST = 1
+ATTRIBUTES = {                                      # CU_DEVICE_ATTRIBUTE_*
+    "multiprocessors": 16, "max threads per block": 1, "compute capability major": 75,
+    "compute capability minor": 76, "unified addressing": 41, "async engines": 40,
+    "pci bus id": 33, "pageable memory access": 88, "host register supported": 99,
+    "read-only host register supported": 113,
+}
+
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+
+_RESULT_CODES = {CUDA_ERROR_OUT_OF_MEMORY: ErrorCode.OUT_OF_RESOURCES,
+                 CUDA_ERROR_INVALID_VALUE: ErrorCode.INVALID_VALUE,
+                 CUDA_ERROR_NO_DEVICE: ErrorCode.NOT_FOUND}
+
+
+class Driver:
+    """libcuda with error checking: `drv.call('cuMemAlloc_v2', ...)` raises on failure."""
+
+    def __init__(self, path: str):
+        self.lib = ffi.dlopen(path)
+
+    def text(self, rc: int) -> str:
+        name = ffi.new("const char **")
+        desc = ffi.new("const char **")
+        n = ffi.string(name[0]).decode() if self.lib.cuGetErrorName(rc, name) == 0 else "?"
+        d = ffi.string(desc[0]).decode() if self.lib.cuGetErrorString(rc, desc) == 0 else ""
+        return f"{n} ({rc}): {d}"
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != CUDA_SUCCESS:
+            raise OffloadError(_RESULT_CODES.get(rc, ErrorCode.BACKEND_FAILURE),
+                               f"{what} failed: {self.text(rc)}")
+
+
+def ptr(addr: int) -> "cffi.FFI.CData":
+    """An integer address as `void *`."""
+    return ffi.cast("void *", addr)

@@ -1,0 +1,119 @@
+"""Target regions: map, launch, unmap; kernel arguments from mappings; host fallback."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .runtime import current as _current
+from .arrays import span
+from .config import Info, TargetOffload
+from .device import Device
+from .errors import ErrorCode, OffloadError
+from .image import Kernel
+from .mapping import MapClause, MapItem, MappingTable, MapType, map_items
+from .runtime import Handle
+
+_I_KERNEL, _I_DUMP = int(Info.PLUGIN_KERNEL), int(Info.DUMP_TABLE)   # plain ints: fast tests
+
+
+def overlaps(p: int, n: int, q: int, m: int) -> bool:
+    """Whether [p, p+n) and [q, q+m) share a byte (an empty range counts as its first byte)."""
+    return q < p + max(n, 1) and p < q + max(m, 1)
+
+
+def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: Optional[int] = None,
+           teams: Optional[int] = None, threads: Optional[int] = None,
+           nowait: bool = False) -> Optional[Handle]:
+    """Run `kernel` on a device: map, launch, unmap.
+
+    Array arguments become device addresses through the mapping that holds them;
+    arrays no clause or mapping covers are mapped tofrom for the region. An int
+    passed for a pointer parameter is taken as a device address (is_device_ptr).
+    With nowait=True, returns a Handle; read the arrays only after `wait()`.
+
+    >>> offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
+    """
+    if not isinstance(kernel, Kernel):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"target: expected a kernel (image.name), got {type(kernel).__name__}")
+    rt = _current()
+    dev = rt.device(device)
+    if nowait:
+        return rt.nowait.spawn(_target, kernel, args, map, dev, teams, threads)
+    _target(kernel, args, map, dev, teams, threads)
+    return None
+
+
+def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optional[Device],
+            teams: Optional[int], threads: Optional[int]) -> None:
+    if dev is not None and dev.binary_for(kernel) is None:
+        if _current().config.target_offload is TargetOffload.MANDATORY:
+            dev.check_binary(kernel)
+        dev = None
+    if dev is None:
+        run_on_host(kernel, args, teams, threads)
+        return
+    items = map_items(maps, MapType.TO | MapType.FROM)
+    table = dev.table
+    spans: list[Optional[tuple[int, int]]] = []
+    for a in args:
+        if not isinstance(a, np.ndarray):
+            spans.append(None)
+            continue
+        it = next((it for it in items if it.owner is a), None)
+        p, n = (it.host, it.size) if it is not None else span(a)
+        spans.append((p, n))
+        if it is None and not any(overlaps(p, n, i.host, i.size) for i in items) \
+                and table.overlapping(p, n) is None:
+            items.append(MapClause(a, MapType.TO | MapType.FROM | MapType.IMPLICIT).item())
+    with dev.queue() as queue:
+        table.target_data_begin(items, queue)
+        try:
+            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans)]
+            if table.info & _I_KERNEL:
+                print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
+                      f"with {teams or 1} blocks and {threads or 'default'} threads, "
+                      f"{len(kargs)} argument(s)", file=sys.stderr)
+            dev.launch(kernel, kargs, teams, threads, queue)
+        except BaseException:
+            table.target_data_end(items, queue, copy_back=False)
+            raise
+        table.target_data_end(items, queue)
+    if table.info & _I_DUMP:
+        print(table.dump(), file=sys.stderr)
+
+
+def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
+               arg_span: Optional[tuple[int, int]]) -> Any:
+    """Arrays: the device address of a[0], from the clause (else mapping) that holds it."""
+    if arg_span is not None:
+        p, n = arg_span
+        e = None
+        for it in items:
+            if it.size and it.host < p + max(n, 1) and p < it.host + it.size:
+                e = table.lookup(it.host, it.size)
+                break
+        if e is None:
+            e = table.overlapping(p, n)
+        if e is None:
+            return 0
+        return e.tgt_begin + (p - e.hst_begin)
+    if isinstance(a, np.generic):
+        return a.item()
+    return a
+
+
+def run_on_host(kernel: Kernel, args: Sequence[Any], teams: Optional[int],
+                threads: Optional[int]) -> None:
+    """Run `kernel`'s host binary on the initial device (host fallback)."""
+    plugin = _current().manager.initial_plugin()
+    binary = next((b for b in kernel.image.binaries if plugin.is_valid_binary(b)), None)
+    if binary is None:
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"kernel '{kernel.name}' has no host binary to run on the initial "
+                           f"device; combine a compile_c image into it with Image.combine")
+    conv = [span(a)[0] if isinstance(a, np.ndarray)
+            else a.item() if isinstance(a, np.generic) else a for a in args]
+    plugin.launch_kernel(0, binary, kernel.name, conv, teams, threads)

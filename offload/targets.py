@@ -1,0 +1,75 @@
+"""What an image is for: the target named in a cubin's or AMDGPU code object's ELF
+header and notes (beside image.py, which reads the ELF itself)."""
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+from .errors import ErrorCode, OffloadError
+
+
+def cubin_sm(flags: int, abiversion: int) -> int:
+    """The SM number in a cubin's e_flags: bits 8-15 from ELF ABI version 8 (CUDA 13), else 0-7."""
+    return (flags >> 8) & 0xFF if abiversion >= 8 else flags & 0xFF
+
+
+# ELF e_flags of AMDGPU code objects (amd_hsa_elf.h), code object v4 and later
+EF_AMDGPU_MACH = 0x0FF
+EF_AMDGPU_FEATURE_XNACK_V4 = 0x300
+EF_AMDGPU_FEATURE_SRAMECC_V4 = 0xC00
+FEATURE_SETTINGS = {"xnack": {0x000: "unsupported", 0x100: "any", 0x200: "off", 0x300: "on"},
+                    "sramecc": {0x000: "unsupported", 0x400: "any", 0x800: "off",
+                                0xC00: "on"}}
+MACHINES = {  # EF_AMDGPU_MACH_AMDGCN_* -> processor
+    0x020: "gfx600", 0x021: "gfx601", 0x022: "gfx700", 0x023: "gfx701", 0x024: "gfx702",
+    0x025: "gfx703", 0x026: "gfx704", 0x028: "gfx801", 0x029: "gfx802", 0x02A: "gfx803",
+    0x02B: "gfx810", 0x02C: "gfx900", 0x02D: "gfx902", 0x02E: "gfx904", 0x02F: "gfx906",
+    0x030: "gfx908", 0x031: "gfx909", 0x032: "gfx90c", 0x033: "gfx1010", 0x034: "gfx1011",
+    0x035: "gfx1012", 0x036: "gfx1030", 0x037: "gfx1031", 0x038: "gfx1032",
+    0x039: "gfx1033", 0x03A: "gfx602", 0x03B: "gfx705", 0x03C: "gfx805", 0x03D: "gfx1035",
+    0x03E: "gfx1034", 0x03F: "gfx90a", 0x040: "gfx940", 0x041: "gfx1100", 0x042: "gfx1013",
+    0x043: "gfx1150", 0x044: "gfx1103", 0x045: "gfx1036", 0x046: "gfx1101",
+    0x047: "gfx1102", 0x048: "gfx1200", 0x04A: "gfx1151", 0x04B: "gfx941", 0x04C: "gfx942",
+    0x04E: "gfx1201", 0x055: "gfx1152",
+}  # checked against ROCm 5.2.3's amd_hsa_elf.h and against clang-19's output (tests)
+NT_AMDGPU_METADATA = 32
+
+def target_features(isa_name: str) -> tuple[str, dict[str, str]]:
+    """('gfx90a', {'sramecc': 'on', 'xnack': 'off'}) from an ISA name or target ID."""
+    tail = isa_name.rsplit("--", 1)[-1]
+    proc, *feats = tail.split(":")
+    settings = {}
+    for f in feats:
+        if f and f[-1] in "+-":
+            settings[f[:-1]] = "on" if f[-1] == "+" else "off"
+    return proc, settings
+
+
+def code_object_target(flags: int) -> tuple[str, dict[str, str]]:
+    """The processor and xnack/sramecc settings in an AMDGPU code object's e_flags."""
+    proc = MACHINES.get(flags & EF_AMDGPU_MACH, f"unknown EF_AMDGPU_MACH 0x{flags & 0xFF:x}")
+    return proc, {"xnack": FEATURE_SETTINGS["xnack"][flags & EF_AMDGPU_FEATURE_XNACK_V4],
+                  "sramecc": FEATURE_SETTINGS["sramecc"][flags & EF_AMDGPU_FEATURE_SRAMECC_V4]}
+
+
+def read_metadata(data: bytes) -> Any:
+    """The msgpack NT_AMDGPU_METADATA note of a code object, decoded."""
+    import msgpack
+    from elftools.elf.elffile import ELFFile
+    elf = ELFFile(io.BytesIO(data))
+    for sec in elf.iter_sections():
+        if sec["sh_type"] != "SHT_NOTE":
+            continue
+        data = sec.data()
+        off = 0
+        while off + 12 <= len(data):
+            namesz, descsz, ntype = struct.unpack_from("<III", data, off)
+            name = data[off + 12:off + 12 + namesz].rstrip(b"\0")
+            desc_off = off + 12 + ((namesz + 3) & ~3)
+            desc = data[desc_off:desc_off + descsz]
+            off = desc_off + ((descsz + 3) & ~3)
+            if name == b"AMDGPU" and ntype == NT_AMDGPU_METADATA:
+                return msgpack.unpackb(desc, raw=False)
+    raise OffloadError(ErrorCode.INVALID_BINARY,
+                       "AMDGPU code object has no NT_AMDGPU_METADATA note")

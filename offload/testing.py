@@ -1,0 +1,29 @@
+"""Public introspection for tests (DESIGN.md §5): counts, never the runtime's objects."""
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime import current as _current
+
+
+def state() -> dict[str, Any]:
+    """The runtime's live state, as plain numbers.
+
+    ``{"devices": {n: {"mappings", "allocations"}}, "pins": {plugin: {"entries",
+    "bytes", "locked_pages"}}, "pending": int}``: live mapping entries and device
+    allocations (pooled free blocks not counted) per initialised device, pinned-map
+    entries and bytes and the pages a plugin counts as locked by itself, per plugin,
+    and unfinished nowait work. Starts the runtime if none is live.
+    """
+    rt = _current()
+    devices = {}
+    for dev in rt.manager.initialized():
+        devices[dev.number] = {"mappings": len(dev.table),
+                               "allocations": dev.generic.live_allocations()}
+    pins = {}
+    for plugin in rt.manager.plugins:
+        entries = plugin.pinned.entries()
+        pins[plugin.name] = {"entries": len(entries),
+                             "bytes": sum(e.size for e in entries),
+                             "locked_pages": plugin.locked_pages()}
+    return {"devices": devices, "pins": pins, "pending": rt.nowait.pending()}
