@@ -2,11 +2,11 @@
 from importlib import metadata as _metadata
 
 from . import api as _api
+from . import testing  # noqa: F401 - offload.testing.state()
 from .api import *  # noqa: F403
 from .errors import ErrorCode, OffloadError
 from .image import Image, Kernel, compile_c, load_image
 from .mapping import MapType
-from . import testing
 
 try:
     __version__ = _metadata.version("offload")

@@ -3,11 +3,10 @@ devices; re-exports the OpenMP-named functions and target regions."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
-from .runtime import current as _current
-from .runtime import shutdown as _shutdown
 from .arrays import as_array, span
 from .device import Device
 from .errors import ErrorCode, OffloadError
@@ -16,6 +15,8 @@ from .mapping import MapClause, MapItem, MapType, map_items
 from .omp import *  # noqa: F403 - the OpenMP-named API is part of this face
 from .omp import __all__ as _omp_all
 from .runtime import Handle
+from .runtime import current as _current
+from .runtime import shutdown as _shutdown
 from .target import target
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
 
 # ---- map clauses ------------------------------------------------------------------
 def _clause(base: MapType, a: Any, always: bool, present: bool, close: bool, hold: bool,
-            name: Optional[str]) -> MapClause:
+            name: str | None) -> MapClause:
     t = base
     if always:
         t |= MapType.ALWAYS
@@ -42,7 +43,7 @@ def _clause(base: MapType, a: Any, always: bool, present: bool, close: bool, hol
 
 
 def to(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-       hold: bool = False, name: Optional[str] = None) -> MapClause:
+       hold: bool = False, name: str | None = None) -> MapClause:
     """map(to: a): copied to the device when the mapping is created (or `always`).
 
     `present=True` requires an existing mapping; `hold=True` uses the ompx_hold count;
@@ -51,31 +52,31 @@ def to(a: Any, *, always: bool = False, present: bool = False, close: bool = Fal
 
 
 def from_(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-          hold: bool = False, name: Optional[str] = None) -> MapClause:
+          hold: bool = False, name: str | None = None) -> MapClause:
     """map(from: a): copied back when the last reference goes (or `always`)."""
     return _clause(MapType.FROM, a, always, present, close, hold, name)
 
 
 def tofrom(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-           hold: bool = False, name: Optional[str] = None) -> MapClause:
+           hold: bool = False, name: str | None = None) -> MapClause:
     """map(tofrom: a): `to` on entry and `from` on exit."""
     return _clause(MapType.TO | MapType.FROM, a, always, present, close, hold, name)
 
 
 def alloc(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-          hold: bool = False, name: Optional[str] = None) -> MapClause:
+          hold: bool = False, name: str | None = None) -> MapClause:
     """map(alloc: a): device memory without copies."""
     return _clause(MapType.NONE, a, always, present, close, hold, name)
 
 
 def release(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-            hold: bool = False, name: Optional[str] = None) -> MapClause:
+            hold: bool = False, name: str | None = None) -> MapClause:
     """map(release: a) for target_exit_data: drop one reference, copy nothing."""
     return _clause(MapType.NONE, a, always, present, close, hold, name)
 
 
 def delete(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-           hold: bool = False, name: Optional[str] = None) -> MapClause:
+           hold: bool = False, name: str | None = None) -> MapClause:
     """map(delete: a) for target_exit_data: drop every dynamic reference."""
     return _clause(MapType.DELETE, a, always, present, close, hold, name)
 
@@ -90,11 +91,11 @@ class target_data:
     ...     offload.target(k.add_one, a, 0, a.size)
     """
 
-    def __init__(self, *maps: Any, device: Optional[int] = None):
+    def __init__(self, *maps: Any, device: int | None = None):
         self._maps = maps
         self._device = device
         self._items: list[MapItem] = []
-        self._dev: Optional[Device] = None
+        self._dev: Device | None = None
 
     def __enter__(self) -> target_data:
         self._dev = _current().device(self._device)
@@ -110,8 +111,8 @@ class target_data:
             self._dev.table.target_data_end(items, copy_back=exc_type is None)
 
 
-def _construct(fn: Any, items: list[MapItem], dev: Optional[Device],
-               nowait: bool) -> Optional[Handle]:
+def _construct(fn: Any, items: list[MapItem], dev: Device | None,
+               nowait: bool) -> Handle | None:
     if dev is None:
         return None
     if nowait:
@@ -120,8 +121,8 @@ def _construct(fn: Any, items: list[MapItem], dev: Optional[Device],
     return None
 
 
-def target_enter_data(*maps: Any, device: Optional[int] = None,
-                      nowait: bool = False) -> Optional[Handle]:
+def target_enter_data(*maps: Any, device: int | None = None,
+                      nowait: bool = False) -> Handle | None:
     """Map clauses until a matching target_exit_data (all or nothing); bare arrays are
     mapped `to`."""
     dev = _current().device(device)
@@ -129,8 +130,8 @@ def target_enter_data(*maps: Any, device: Optional[int] = None,
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait)
 
 
-def target_exit_data(*maps: Any, device: Optional[int] = None,
-                     nowait: bool = False) -> Optional[Handle]:
+def target_exit_data(*maps: Any, device: int | None = None,
+                     nowait: bool = False) -> Handle | None:
     """Unmap clauses: from_ copies back on the last reference, delete forces it; bare
     arrays are unmapped `from`."""
     dev = _current().device(device)
@@ -141,7 +142,7 @@ def target_exit_data(*maps: Any, device: Optional[int] = None,
 
 
 def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
-                  device: Optional[int] = None, nowait: bool = False) -> Optional[Handle]:
+                  device: int | None = None, nowait: bool = False) -> Handle | None:
     """Copy present data: `to` host->device, `from_` device->host; absent data is
     skipped unless its clause says present=True."""
     dev = _current().device(device)
@@ -210,7 +211,7 @@ class Pinned:
                 f"device {self.device}, {state}>")
 
 
-def lock(a: Any, device: Optional[int] = None) -> Pinned:
+def lock(a: Any, device: int | None = None) -> Pinned:
     """Pin an array's memory for a device (reference counted); returns a Pinned.
 
     Raises INVALID_VALUE for the initial device, INVALID_ARGUMENT for a range that
@@ -226,13 +227,13 @@ def lock(a: Any, device: Optional[int] = None) -> Pinned:
     return Pinned(arr, dev, p, n, addr)
 
 
-def locked(a: Any, device: Optional[int] = None) -> Pinned:
+def locked(a: Any, device: int | None = None) -> Pinned:
     """`with locked(a):` pins for the block and unpins on exit."""
     return lock(a, device)
 
 
 # ---- kernels and devices ------------------------------------------------------------
-def compile_cuda(source: str, *, arch: Optional[str] = None, ptx: bool = False) -> Image:
+def compile_cuda(source: str, *, arch: str | None = None, ptx: bool = False) -> Image:
     """Compile CUDA C++ with NVRTC into a cubin (or PTX) image (needs libnvrtc);
     `arch` defaults to the first CUDA device's, else sm_90."""
     from .plugins.nvrtc import compile_cuda as _compile

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .errors import ErrorCode, OffloadError
 
@@ -48,14 +49,17 @@ VARIABLES = {
 }
 
 
-def _enum(name: str, kind: type[enum.Enum], default: enum.Enum) -> enum.Enum:
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _enum(name: str, kind: type[E], default: E) -> E:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
     if kind is LockMapped and raw in ("1", "true", "yes"):
-        return LockMapped.ON
+        raw = "on"
     if kind is LockMapped and raw in ("0", "false", "no"):
-        return LockMapped.OFF
+        raw = "off"
     try:
         return kind(raw)
     except ValueError:

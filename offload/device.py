@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .config import Config
 from .errors import ErrorCode, OffloadError
@@ -50,7 +51,7 @@ class Device:
     def retrieve(self, host: int, tgt: int, size: int, queue: Any = None) -> None:
         self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
 
-    def exchange(self, src: int, dst_device: "Device", dst: int, size: int,
+    def exchange(self, src: int, dst_device: Device, dst: int, size: int,
                  queue: Any = None) -> bool:
         return self.plugin.data_exchange(self.local_id, src, dst_device.plugin,
                                          dst_device.local_id, dst, size, queue)
@@ -68,7 +69,7 @@ class Device:
     def release_queue(self, queue: Any) -> None:
         self.generic.release_queue(queue)
 
-    def queue(self, queue: Optional[Any] = None) -> contextlib.AbstractContextManager[Any]:
+    def queue(self, queue: Any | None = None) -> contextlib.AbstractContextManager[Any]:
         """`with dev.queue() as q:` a queue of our own, synchronized and given back at the
         end; `dev.queue(q)` uses the caller's queue."""
         return self.generic.queue(queue)
@@ -77,7 +78,7 @@ class Device:
         self.plugin.synchronize(self.local_id, queue)
 
     # ---- kernels ----------------------------------------------------------
-    def binary_for(self, kernel: Kernel) -> Optional[Binary]:
+    def binary_for(self, kernel: Kernel) -> Binary | None:
         """The binary of `kernel`'s image this device runs (None if none fits)."""
         key = kernel.image
         found = self._binaries.get(key, self)
@@ -97,8 +98,8 @@ class Device:
                                f"image of kernel '{kernel.name}' (it holds: {kinds})")
         return b
 
-    def launch(self, kernel: Kernel, args: Sequence[Any], teams: Optional[int] = None,
-               threads: Optional[int] = None, queue: Any = None) -> None:
+    def launch(self, kernel: Kernel, args: Sequence[Any], teams: int | None = None,
+               threads: int | None = None, queue: Any = None) -> None:
         self.plugin.launch_kernel(self.local_id, self.check_binary(kernel), kernel.name, args,
                                   teams, threads, queue)
 

@@ -13,10 +13,10 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Optional, Union
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from .errors import ErrorCode, OffloadError
 
@@ -53,7 +53,7 @@ def read_elf(data: bytes) -> ElfInfo:
         for sec in elf.iter_sections():
             if sec.name in (PROTO_SECTION, ".note", ".nv.info"):
                 sections[sec.name] = sec.data()
-            if sec["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+            if not isinstance(sec, SymbolTableSection):
                 continue
             for sym in sec.iter_symbols():
                 if sym["st_shndx"] == "SHN_UNDEF" or not sym.name:
@@ -81,15 +81,15 @@ class Binary:
 
     data: bytes
     format: str                          # 'elf' or 'ptx'
-    elf: Optional[ElfInfo]
+    elf: ElfInfo | None
     prototypes: dict[str, str]           # kernel name -> C declaration (host kernels)
     digest: str
-    path: Optional[str] = None           # a file holding `data`, made on demand
+    path: str | None = None           # a file holding `data`, made on demand
     _path_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_bytes(cls, data: bytes, prototypes: Optional[dict[str, str]] = None,
-                   path: Optional[str] = None) -> "Binary":
+    def from_bytes(cls, data: bytes, prototypes: dict[str, str] | None = None,
+                   path: str | None = None) -> Binary:
         data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
         if data[:4] == b"\x7fELF":
@@ -103,14 +103,23 @@ class Binary:
         raise OffloadError(ErrorCode.INVALID_BINARY,
                            f"image is neither ELF nor PTX (starts with {data[:8]!r})")
 
+    @property
+    def header(self) -> ElfInfo:
+        """The ELF header and symbols; INVALID_BINARY for a PTX image."""
+        if self.elf is None:
+            raise OffloadError(ErrorCode.INVALID_BINARY, f"a {self.format} image has no ELF header")
+        return self.elf
+
     def kernel_names(self) -> list[str]:
+        """The kernels this binary defines."""
         if self.format == "ptx":
             return re.findall(r"\.entry\s+([\w$]+)", self.data.decode("latin-1"))
-        if self.elf.machine == "EM_AMDGPU":
-            return sorted(n[:-3] for n in self.elf.objects if n.endswith(".kd"))
-        if self.elf.machine == "EM_CUDA":
-            return sorted(self.elf.functions)
-        return sorted(self.prototypes) or sorted(self.elf.functions)
+        elf = self.header
+        if elf.machine == "EM_AMDGPU":
+            return sorted(n[:-3] for n in elf.objects if n.endswith(".kd"))
+        if elf.machine == "EM_CUDA":
+            return sorted(elf.functions)
+        return sorted(self.prototypes) or sorted(elf.functions)
 
     def file(self, cache_dir: str) -> str:
         """A path of a file holding the binary (for dlopen-style loaders)."""
@@ -135,7 +144,7 @@ class Kernel:
 
     __slots__ = ("image", "name")
 
-    def __init__(self, image: "Image", name: str):
+    def __init__(self, image: Image, name: str):
         self.image = image
         self.name = name
 
@@ -153,7 +162,7 @@ class Image:
         self._kernels: dict[str, Kernel] = {}
 
     @classmethod
-    def combine(cls, *images: "Image") -> "Image":
+    def combine(cls, *images: Image) -> Image:
         """One image holding every binary of `images`: one per target."""
         return cls([b for im in images for b in im.binaries])
 
@@ -180,8 +189,8 @@ class Image:
         return f"<Image {' + '.join(b.describe() for b in self.binaries)}>"
 
 
-def load_image(source: Union[str, os.PathLike, bytes, bytearray, memoryview],
-               prototypes: Union[None, str, dict[str, str]] = None) -> Image:
+def load_image(source: str | os.PathLike | bytes | bytearray | memoryview,
+               prototypes: None | str | dict[str, str] = None) -> Image:
     """An Image from a file path or bytes (ELF or PTX).
 
     `prototypes` (C declarations, or a dict name -> declaration) types host
@@ -258,8 +267,8 @@ def parse_prototype_table(raw: bytes) -> dict[str, str]:
 _compile_lock = threading.Lock()
 
 
-def compile_c(source: str, *, flags: tuple[str, ...] = ("-O2",), cc: Optional[str] = None,
-              cache_dir: Optional[str] = None) -> Image:
+def compile_c(source: str, *, flags: tuple[str, ...] = ("-O2",), cc: str | None = None,
+              cache_dir: str | None = None) -> Image:
     """Compile C source into a host image (a shared object), cached by content hash.
 
     The prototypes of its external functions travel inside the ELF file, in

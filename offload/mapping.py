@@ -10,8 +10,9 @@ import enum
 import math
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .arrays import as_array, span
 from .config import Info
@@ -48,7 +49,7 @@ class MapItem:
     size: int
     type: MapType
     owner: Any = None
-    name: Optional[str] = None
+    name: str | None = None
     read_only: bool = False
 
 
@@ -58,7 +59,7 @@ class MapClause:
 
     __slots__ = ("array", "type", "name")
 
-    def __init__(self, array: Any, type: MapType, name: Optional[str] = None):
+    def __init__(self, array: Any, type: MapType, name: str | None = None):
         self.array = array
         self.type = type
         self.name = name
@@ -85,7 +86,7 @@ class HostDataToTarget:
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
                  "pinned", "owned", "ready", "failed")
 
-    def __init__(self, hst: int, size: int, tgt: int, name: str, owner: Any,
+    def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
         self.hst_begin = hst
         self.hst_end = hst + size
@@ -96,7 +97,7 @@ class HostDataToTarget:
         self.name = name
         self.pinned = False
         self.owned = owned
-        self.ready: Optional[threading.Lock] = None    # held until allocated and filled
+        self.ready: threading.Lock | None = None    # held until allocated and filled
         self.failed = False
 
     @property
@@ -139,7 +140,7 @@ class MappingTable:
     def _say(self, msg: str) -> None:
         print(f"omptarget device {self.number} info: {msg}", file=sys.stderr)
 
-    def _find(self, p: int, n: int) -> tuple[Optional[HostDataToTarget], bool]:
+    def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
         e = self._by_start.get(p)
         if e is not None:
@@ -155,13 +156,13 @@ class MappingTable:
             return self._entries[j], False
         return None, False
 
-    def lookup(self, p: int, n: int = 1) -> Optional[HostDataToTarget]:
+    def lookup(self, p: int, n: int = 1) -> HostDataToTarget | None:
         """The entry containing [p, p+n), or None."""
         with self._lock:
             e, inside = self._find(p, n)
             return e if inside else None
 
-    def overlapping(self, p: int, n: int) -> Optional[HostDataToTarget]:
+    def overlapping(self, p: int, n: int) -> HostDataToTarget | None:
         """The first entry sharing a byte with [p, p+n)."""
         with self._lock:
             return self._find(p, max(n, 1))[0]
@@ -192,7 +193,8 @@ class MappingTable:
                  "Size (B) DynRefCount HoldRefCount Declaration"]
         for e in self.entries():
             lines.append(f"omptarget device info: 0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} "
-                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} {e.name or 'unknown'}")
+                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} "
+                         f"{e.name or 'unknown'}")
         return "\n".join(lines)
 
     # ---- begin ------------------------------------------------------------
@@ -217,7 +219,7 @@ class MappingTable:
             raise
         return out
 
-    def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, Optional[HostDataToTarget]]:
+    def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, HostDataToTarget | None]:
         """Map one item. A new entry is inserted before its allocation and first copy
         (which run outside the table lock); others that find it wait until it is ready."""
         p, n, t = it.host, it.size, int(it.type)
@@ -274,6 +276,8 @@ class MappingTable:
     def _make(self, e: HostDataToTarget, it: MapItem, queue: Any) -> int:
         """Allocate, pin-reference and fill a new entry; on failure remove it."""
         p, n = it.host, it.size
+        ready = e.ready
+        assert ready is not None
         try:
             e.tgt_begin = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
             if self.info & _I_CHANGED:
@@ -290,18 +294,18 @@ class MappingTable:
                 self._remove(e)
                 e.failed = True
             self._release(e)
-            e.ready.release()
+            ready.release()
             raise
-        e.ready.release()
+        ready.release()
         return e.tgt_begin
 
-    def _copy_to(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
+    def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:x}, "
                       f"TgtPtr=0x{tgt:x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_submit(self.device, tgt, p, n, queue)
 
-    def _copy_from(self, p: int, tgt: int, n: int, name: str, queue: Any) -> None:
+    def _copy_from(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
                       f"HstPtr=0x{p:x}, Size={n}, Name={name or 'unknown'}")
@@ -336,7 +340,7 @@ class MappingTable:
                         copy_back: bool = True) -> None:
         """Unmap every item (in reverse order); copy back per LLVM's rules."""
         gone: list[HostDataToTarget] = []
-        error: Optional[OffloadError] = None
+        error: OffloadError | None = None
         for it in reversed(items):
             p, n, t = it.host, it.size, int(it.type)
             with self._lock:
@@ -362,7 +366,8 @@ class MappingTable:
                     if self.info & _I_CHANGED:
                         self._say(
                             f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
-                            f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, Name={e.name or 'unknown'}")
+                            f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, "
+                            f"Name={e.name or 'unknown'}")
                 else:
                     if self.info & _I_EXISTS:
                         self._say(

@@ -6,17 +6,18 @@ stderr; a device number that is not a device raises, where LLVM aborts.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .runtime import current as _current
-from .runtime import torn_down as _torn_down
 from .arrays import address
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, memmove
+from .runtime import current as _current
 from .runtime import omp_initial_device, omp_invalid_device
+from .runtime import torn_down as _torn_down
 
 OFFLOAD_SUCCESS = 0
 OFFLOAD_FAIL = -1
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-def _device(n: Any) -> Optional[Device]:
+def _device(n: Any) -> Device | None:
     return _current().device(n)
 
 
@@ -137,7 +138,7 @@ llvm_omp_target_free_shared = _deallocator("llvm_omp_target_free_shared", AllocK
 
 
 # ---- copies -------------------------------------------------------------------------
-def _copy(dst: int, src: int, n: int, ddev: Optional[Device], sdev: Optional[Device]) -> None:
+def _copy(dst: int, src: int, n: int, ddev: Device | None, sdev: Device | None) -> None:
     if ddev is None and sdev is None:
         memmove(dst, src, n)
     elif sdev is None:
@@ -209,8 +210,8 @@ def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
 
 
 def _rect(d: int, s: int, es: int, nd: int, vol: list[int], doff: list[int],
-          soff: list[int], ddim: list[int], sdim: list[int], ddev: Optional[Device],
-          sdev: Optional[Device]) -> None:
+          soff: list[int], ddim: list[int], sdim: list[int], ddev: Device | None,
+          sdev: Device | None) -> None:
     if nd == 1:
         _copy(d + es * doff[0], s + es * soff[0], es * vol[0], ddev, sdev)
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import enum
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from .errors import ErrorCode, OffloadError
 
@@ -27,7 +27,7 @@ class PinDriver(Protocol):
     def unpin(self, device: int, host: int, size: int, last: bool) -> None:
         """Undo `pin` for `device`; `last` when no other device uses the entry."""
 
-    def query(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+    def query(self, host: int, size: int) -> tuple[int, int, int] | None:
         """(base, size, device address of base) if the driver reports the range pinned."""
 
 
@@ -44,7 +44,7 @@ class PinnedEntry:
         self.floor: dict[int, int] = {}     # references an allocation holds (alloc_host)
         self.ours: set[int] = set()         # devices for which we called driver.pin
         self.owners: list[Any] = []         # kept alive while the entry exists
-        self.pending: Optional[threading.Event] = None
+        self.pending: threading.Event | None = None
         self.read_only = read_only
 
     @property
@@ -100,7 +100,7 @@ class PinnedMap:
     # ---- the two operations every other one is built from -----------------
     def acquire(self, driver: PinDriver, p: int, n: int, device: int, *,
                 kind: Kind = Kind.USER, owner: Any = None, read_only: bool = False,
-                create: bool = True, partial_ok: bool = False) -> Optional[int]:
+                create: bool = True, partial_ok: bool = False) -> int | None:
         """Take one reference on [p, p+n) for `device`; return its device address.
 
         `create=False` returns None instead of pinning a new range;
@@ -255,7 +255,7 @@ class PinnedMap:
                                    f"allocated host memory 0x{p:x} overlaps a pinned entry")
             self._insert(e)
 
-    def remove_allocated(self, p: int) -> Optional[PinnedEntry]:
+    def remove_allocated(self, p: int) -> PinnedEntry | None:
         """Forget an alloc_host entry at its free; return it (None if unknown)."""
         with self._lock:
             ov = self._overlapping(p, p + 1)
@@ -264,13 +264,13 @@ class PinnedMap:
             self._remove(ov[0])
             return ov[0]
 
-    def translate(self, p: int, n: int, device: int) -> list[tuple[int, int, Optional[int]]]:
+    def translate(self, p: int, n: int, device: int) -> list[tuple[int, int, int | None]]:
         """Split [p, p+n) at entry boundaries: (offset, length, device address or None)."""
         with self._lock:
             if not self._starts:
                 return [(0, n, None)]
             ov = self._overlapping(p, p + n)
-        pieces = []
+        pieces: list[tuple[int, int, int | None]] = []
         pos = p
         end = p + n
         for e in ov:
@@ -287,7 +287,7 @@ class PinnedMap:
             pieces.append((pos - p, end - pos, None))
         return pieces
 
-    def lookup(self, p: int) -> Optional[PinnedEntry]:
+    def lookup(self, p: int) -> PinnedEntry | None:
         with self._lock:
             ov = self._overlapping(p, p + 1)
             return ov[0] if ov else None

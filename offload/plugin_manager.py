@@ -5,7 +5,6 @@ import importlib
 import threading
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Optional
 
 from .config import Config, TargetOffload
 from .device import Device
@@ -23,7 +22,7 @@ BUILTIN = {
 @dataclass
 class PluginRecord:
     name: str
-    plugin: Optional[GenericPlugin]
+    plugin: GenericPlugin | None
     reason: str = ""           # why it has no devices (or failed to load)
     num_devices: int = 0
 
@@ -54,7 +53,7 @@ class PluginManager:
         self._devices: list[tuple[GenericPlugin, int]] = []
         self._device_objects: dict[int, Device] = {}
         self._shut = False
-        self._initial: Optional[GenericPlugin] = None
+        self._initial: GenericPlugin | None = None
         self._load_plugins()
 
     def _load_plugins(self) -> None:
@@ -120,7 +119,7 @@ class PluginManager:
                     self._initial = p
         return self._initial
 
-    def architecture(self, plugin: str) -> Optional[str]:
+    def architecture(self, plugin: str) -> str | None:
         """The architecture of the first device of `plugin` (e.g. 'sm_90'), or None."""
         for p in self.plugins:
             if p.name == plugin:

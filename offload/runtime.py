@@ -6,7 +6,8 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ omp_invalid_device = -2
 class Handle:
     """A `nowait` construct in flight; `wait()` returns its result or raises its error."""
 
-    def __init__(self, future: concurrent.futures.Future, owner: "NowaitPool", thread: int):
+    def __init__(self, future: concurrent.futures.Future, owner: NowaitPool, thread: int):
         self._future = future
         self._owner = owner
         self._thread = thread
@@ -46,7 +47,7 @@ class NowaitPool:
     def __init__(self, workers: int = 8):
         self._workers = workers
         self._lock = threading.Lock()
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handles: dict[int, list[Handle]] = {}     # spawning thread -> its handles
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> Handle:
@@ -71,10 +72,10 @@ class NowaitPool:
         with self._lock:
             return sum(1 for hs in self._handles.values() for h in hs if not h.done())
 
-    def wait(self, thread: Optional[int] = None) -> None:
+    def wait(self, thread: int | None = None) -> None:
         """Wait for the handles spawned by `thread` (every thread's when None); raise
         the first error among them after all have finished."""
-        first: Optional[BaseException] = None
+        first: BaseException | None = None
         while True:
             with self._lock:
                 if thread is None:
@@ -112,7 +113,7 @@ class Runtime:
         """Offload devices; the initial device's number is this value."""
         return self.manager.num_devices()
 
-    def device(self, n: Any) -> Optional[Device]:
+    def device(self, n: Any) -> Device | None:
         """The Device for a device number; None for the initial device (the host).
 
         None picks the default device (the initial device when that is out of range).
@@ -148,8 +149,8 @@ class _Process:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.live: Optional[Runtime] = None
-        self.shut: Optional[Runtime] = None
+        self.live: Runtime | None = None
+        self.shut: Runtime | None = None
 
 
 _process = _Process()

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from .runtime import current as _current
 from .arrays import span
 from .config import Info, TargetOffload
 from .device import Device
@@ -14,6 +14,7 @@ from .errors import ErrorCode, OffloadError
 from .image import Kernel
 from .mapping import MapClause, MapItem, MappingTable, MapType, map_items
 from .runtime import Handle
+from .runtime import current as _current
 
 _I_KERNEL, _I_DUMP = int(Info.PLUGIN_KERNEL), int(Info.DUMP_TABLE)   # plain ints: fast tests
 
@@ -23,9 +24,9 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
     return q < p + max(n, 1) and p < q + max(m, 1)
 
 
-def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: Optional[int] = None,
-           teams: Optional[int] = None, threads: Optional[int] = None,
-           nowait: bool = False) -> Optional[Handle]:
+def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
+           teams: int | None = None, threads: int | None = None,
+           nowait: bool = False) -> Handle | None:
     """Run `kernel` on a device: map, launch, unmap.
 
     Array arguments become device addresses through the mapping that holds them;
@@ -46,8 +47,8 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: Optional
     return None
 
 
-def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optional[Device],
-            teams: Optional[int], threads: Optional[int]) -> None:
+def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Device | None,
+            teams: int | None, threads: int | None) -> None:
     if dev is not None and dev.binary_for(kernel) is None:
         if _current().config.target_offload is TargetOffload.MANDATORY:
             dev.check_binary(kernel)
@@ -57,7 +58,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
         return
     items = map_items(maps, MapType.TO | MapType.FROM)
     table = dev.table
-    spans: list[Optional[tuple[int, int]]] = []
+    spans: list[tuple[int, int] | None] = []
     for a in args:
         if not isinstance(a, np.ndarray):
             spans.append(None)
@@ -71,7 +72,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
     with dev.queue() as queue:
         table.target_data_begin(items, queue)
         try:
-            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans)]
+            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans, strict=False)]
             if table.info & _I_KERNEL:
                 print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
                       f"with {teams or 1} blocks and {threads or 'default'} threads, "
@@ -86,7 +87,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Optio
 
 
 def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
-               arg_span: Optional[tuple[int, int]]) -> Any:
+               arg_span: tuple[int, int] | None) -> Any:
     """Arrays: the device address of a[0], from the clause (else mapping) that holds it."""
     if arg_span is not None:
         p, n = arg_span
@@ -105,8 +106,8 @@ def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
     return a
 
 
-def run_on_host(kernel: Kernel, args: Sequence[Any], teams: Optional[int],
-                threads: Optional[int]) -> None:
+def run_on_host(kernel: Kernel, args: Sequence[Any], teams: int | None,
+                threads: int | None) -> None:
     """Run `kernel`'s host binary on the initial device (host fallback)."""
     plugin = _current().manager.initial_plugin()
     binary = next((b for b in kernel.image.binaries if plugin.is_valid_binary(b)), None)

@@ -111,6 +111,6 @@ class Driver:
                                f"{what} failed: {self.text(rc)}")
 
 
-def ptr(addr: int) -> "cffi.FFI.CData":
+def ptr(addr: int) -> cffi.FFI.CData:
     """An integer address as `void *`."""
     return ffi.cast("void *", addr)

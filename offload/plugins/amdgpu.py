@@ -6,29 +6,51 @@ Bindings are in _hsa_runtime.py; semantics (counts, splits, path choice) in comm
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import code_object_target, read_metadata, target_features
 from ._hsa_runtime import (
-    HSA, HSA_AGENT_INFO_DEVICE, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
-    HSA_AMD_AGENT_INFO_PRODUCT_NAME, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
-    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
-    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
-    HSA_AMD_MEMORY_POOL_INFO_SEGMENT, HSA_AMD_SEGMENT_GLOBAL,
-    HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, HSA_DEVICE_TYPE_CPU, HSA_DEVICE_TYPE_GPU,
+    HSA,
+    HSA_AGENT_INFO_DEVICE,
+    HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+    HSA_AMD_AGENT_INFO_PRODUCT_NAME,
+    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
+    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
+    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
+    HSA_AMD_MEMORY_POOL_INFO_SEGMENT,
+    HSA_AMD_SEGMENT_GLOBAL,
+    HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT,
+    HSA_DEVICE_TYPE_CPU,
+    HSA_DEVICE_TYPE_GPU,
     HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE,
     HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
-    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
-    HSA_EXT_POINTER_TYPE_HSA, HSA_EXT_POINTER_TYPE_LOCKED, HSA_FENCE_SCOPE_SYSTEM,
-    HSA_ISA_INFO_NAME, HSA_ISA_INFO_NAME_LENGTH, HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
-    HSA_PACKET_HEADER_BARRIER, HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE,
-    HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE, HSA_PACKET_HEADER_TYPE,
-    HSA_PACKET_TYPE_KERNEL_DISPATCH, HSA_PROFILE_FULL, HSA_QUEUE_TYPE_MULTI,
-    HSA_SIGNAL_CONDITION_LT, HSA_STATUS_SUCCESS, HSA_WAIT_STATE_BLOCKED, ffi, uint,
+    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
+    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
+    HSA_EXT_POINTER_TYPE_HSA,
+    HSA_EXT_POINTER_TYPE_LOCKED,
+    HSA_FENCE_SCOPE_SYSTEM,
+    HSA_ISA_INFO_NAME,
+    HSA_ISA_INFO_NAME_LENGTH,
+    HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
+    HSA_PACKET_HEADER_BARRIER,
+    HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE,
+    HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE,
+    HSA_PACKET_HEADER_TYPE,
+    HSA_PACKET_TYPE_KERNEL_DISPATCH,
+    HSA_PROFILE_FULL,
+    HSA_QUEUE_TYPE_MULTI,
+    HSA_SIGNAL_CONDITION_LT,
+    HSA_STATUS_SUCCESS,
+    HSA_WAIT_STATE_BLOCKED,
+    ffi,
+    uint,
 )
 from .args import pack_scalar
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
@@ -64,7 +86,7 @@ class _Queue:
 
 
 class AMDGPUDevice(GenericDevice):
-    plugin: "AMDGPUPlugin"
+    plugin: AMDGPUPlugin
 
     def _init_impl(self) -> None:
         info = self.plugin.gpus[self.id]
@@ -107,7 +129,7 @@ class AMDGPUDevice(GenericDevice):
             _ffi.cast("void *", addr)), "hsa_amd_memory_pool_free")
 
     def _copy(self, dst: int, dst_agent: Any, src: int, src_agent: Any, size: int,
-              queue: Optional[_Queue]) -> None:
+              queue: _Queue | None) -> None:
         hsa = self.plugin.hsa
         sig = self.plugin.signal()
         # in queue order: the copy waits for what the queue still runs (a kernel)
@@ -156,7 +178,7 @@ class AMDGPUDevice(GenericDevice):
     def _create_queue_impl(self) -> _Queue:
         return _Queue()
 
-    def _sync_impl(self, queue: Optional[_Queue]) -> None:
+    def _sync_impl(self, queue: _Queue | None) -> None:
         if queue is None:
             return
         while queue.pending:
@@ -227,15 +249,15 @@ class AMDGPUDevice(GenericDevice):
         return GenericKernel(name, k, explicit,
                              ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit))
 
-    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
-                     threads: Optional[int], queue: Any) -> None:
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
+                     threads: int | None, queue: Any) -> None:
         k: _Kernel = kernel.handle
         name = kernel.name
         explicit = kernel.params
         wg = int(threads or 64)
         groups = int(teams or 1)
         kernarg = bytearray(max(k.kernarg_size, 8))
-        for meta, value in zip(explicit, args):
+        for meta, value in zip(explicit, args, strict=False):
             _pack_arg(kernarg, meta, value, name)
         hidden = {"hidden_block_count_x": groups, "hidden_block_count_y": 1,
                   "hidden_block_count_z": 1, "hidden_group_size_x": wg,
@@ -246,7 +268,7 @@ class AMDGPUDevice(GenericDevice):
         self._dispatch(k, bytes(kernarg), groups, wg, queue)
 
     def _dispatch(self, k: _Kernel, kernarg: bytes, groups: int, wg: int,
-                  queue: Optional[_Queue]) -> None:
+                  queue: _Queue | None) -> None:
         plugin, hsa = self.plugin, self.plugin.hsa
         if queue is not None:          # copies enqueued before the kernel must land first
             self._sync_impl(queue)
@@ -305,7 +327,7 @@ def _pack_arg(buf: bytearray, meta: dict, value: Any, kernel: str) -> None:
                                       f"kernel '{kernel}', {meta['.value_kind']} argument")
 
 
-class AMDGPUPlugin(GenericPlugin):
+class AMDGPUPlugin(GenericPlugin[AMDGPUDevice]):
     name = "amdgpu"
     priority = 20
     device_class = AMDGPUDevice
@@ -347,8 +369,9 @@ class AMDGPUPlugin(GenericPlugin):
             raise OffloadError(ErrorCode.NOT_FOUND, "HSA reports no CPU agent")
         self.cpu_agent = cpus[0]
         pools = self._pools(self.cpu_agent)
-        self.host_pool = next((p for p, f in pools if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-                               and not f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT),
+        fine, kernarg = (HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+                         HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT)
+        self.host_pool = next((p for p, f in pools if f & fine and not f & kernarg),
                               next((p for p, f in pools
                                     if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED), None))
         self.kernarg_pool = next((p for p, f in pools
@@ -423,12 +446,12 @@ class AMDGPUPlugin(GenericPlugin):
         self.hsa.lib.hsa_signal_destroy(sig)
 
     # ---- images -------------------------------------------------------------
-    def check_binary(self, binary: Binary, dev: Optional[AMDGPUDevice] = None) -> None:
+    def check_binary(self, binary: Binary, dev: AMDGPUDevice | None = None) -> None:
         """Raise INVALID_BINARY naming the mismatch unless `binary` fits dev's target ID."""
-        if binary.format != "elf" or binary.elf.machine != "EM_AMDGPU":
+        if binary.format != "elf" or binary.header.machine != "EM_AMDGPU":
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"image is {binary.describe()}, not an AMDGPU code object")
-        e = binary.elf
+        e = binary.header
         if e.type != "ET_DYN":
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"AMDGPU code object must be ET_DYN (a linked shared object), "
@@ -462,7 +485,7 @@ class AMDGPUPlugin(GenericPlugin):
         self.hsa.check(self.hsa.lib.hsa_amd_memory_unlock(_ffi.cast("void *", host)),
                        f"hsa_amd_memory_unlock(0x{host:x})")
 
-    def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+    def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         """Locked or HSA-allocated memory: (host base, size, agent base address)."""
         info = _ffi.new("hsa_amd_pointer_info_t *")
         info.size = _ffi.sizeof("hsa_amd_pointer_info_t")

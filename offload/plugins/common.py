@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Generic, TypeVar
 
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
@@ -41,9 +42,9 @@ class GenericKernel:
 class GenericDevice:
     """One device of a plugin: allocations, loaded images and kernels, queues, staging."""
 
-    plugin: GenericPlugin
+    plugin: GenericPlugin[Any]
 
-    def __init__(self, plugin: GenericPlugin, local_id: int):
+    def __init__(self, plugin: GenericPlugin[Any], local_id: int):
         self.plugin = plugin
         self.id = local_id
         self._allocs: dict[int, tuple[int, AllocKind]] = {}
@@ -63,12 +64,12 @@ class GenericDevice:
     def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None: raise NotImplementedError
 
     def _submit_impl(self, tgt: int, host: int, size: int, queue: Any,
-                     pinned: Optional[int]) -> None:
+                     pinned: int | None) -> None:
         """Host -> device. `pinned` is the device-accessible address of `host` if pinned."""
         raise NotImplementedError
 
     def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
-                       pinned: Optional[int]) -> None:
+                       pinned: int | None) -> None:
         raise NotImplementedError
 
     def _exchange_impl(self, src: int, dst_device: GenericDevice, dst: int, size: int,
@@ -83,7 +84,7 @@ class GenericDevice:
         raise NotImplementedError
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any],
-                     teams: Optional[int], threads: Optional[int], queue: Any) -> None:
+                     teams: int | None, threads: int | None, queue: Any) -> None:
         raise NotImplementedError
 
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
@@ -106,7 +107,7 @@ class GenericDevice:
     def release_queue(self, queue: Any) -> None:
         self.queues.release(queue)
 
-    def queue(self, queue: Optional[Any] = None) -> contextlib.AbstractContextManager[Any]:
+    def queue(self, queue: Any | None = None) -> contextlib.AbstractContextManager[Any]:
         """`with dev.queue() as q:` a queue of our own, synchronized and given back at
         the end; `dev.queue(q)` uses the caller's."""
         return self.queues.borrow(queue)
@@ -132,7 +133,7 @@ class GenericDevice:
             self._allocs[addr] = (size, kind)
         return addr
 
-    def free(self, addr: int, kind: Optional[AllocKind] = None) -> int:
+    def free(self, addr: int, kind: AllocKind | None = None) -> int:
         with self._lock:
             rec = self._allocs.get(addr)
             if rec is None or (kind is not None and rec[1] is not kind):
@@ -154,7 +155,7 @@ class GenericDevice:
             self._free_impl(addr, size, AllocKind.DEVICE)
         return sum(size for _, size in blocks)
 
-    def allocation(self, addr: int) -> Optional[tuple[int, AllocKind]]:
+    def allocation(self, addr: int) -> tuple[int, AllocKind] | None:
         return self._allocs.get(addr)
 
     def live_allocations(self) -> int:
@@ -191,20 +192,23 @@ class GenericDevice:
         return k
 
 
-class GenericPlugin:
+DeviceT = TypeVar("DeviceT", bound=GenericDevice)
+
+
+class GenericPlugin(Generic[DeviceT]):
     """The plugin table (DESIGN.md §3); vendors override the hooks."""
 
     name = "generic"
     #: plugins are ordered by priority, lowest first: GPUs before the host
     priority = 50
-    device_class = GenericDevice
+    device_class: type[DeviceT]
     #: copies on a queue may still run after the call returns (GPU plugins)
     asynchronous = False
     #: freed device memory kept for reuse by an allocation of the same size, at most
     #: this many bytes (0: none); given back when an allocation runs out of memory
     device_pool_bytes = 0
     #: unpinned pieces of at least this many bytes go through staging (None: never)
-    staging_threshold: Optional[int] = None
+    staging_threshold: int | None = None
     staging_chunk = 8 << 20
     staging_lanes = 8
 
@@ -212,9 +216,9 @@ class GenericPlugin:
         self.config = config
         self.pinned = PinnedMap()
         self.reason = ""               # why this plugin has no devices
-        self._devices: list[Optional[GenericDevice]] = []
+        self._devices: list[DeviceT | None] = []
         self._lock = threading.Lock()
-        self._count: Optional[int] = None
+        self._count: int | None = None
 
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> int:
@@ -223,7 +227,7 @@ class GenericPlugin:
 
     def _deinit_impl(self) -> None: ...
 
-    def check_binary(self, binary: Binary, dev: Optional[GenericDevice] = None) -> None:
+    def check_binary(self, binary: Binary, dev: DeviceT | None = None) -> None:
         """Raise INVALID_BINARY naming the mismatch unless `binary` runs on dev
         (on some device of this plugin when dev is None)."""
         raise OffloadError(ErrorCode.INVALID_BINARY, f"plugin {self.name} loads no images")
@@ -234,10 +238,10 @@ class GenericPlugin:
 
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None: ...
 
-    def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+    def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         return None
 
-    def architecture(self, d: int = 0) -> Optional[str]:
+    def architecture(self, d: int = 0) -> str | None:
         """The architecture name of device d (e.g. 'sm_90', 'gfx90a'); None if unknown."""
         return None
 
@@ -252,7 +256,7 @@ class GenericPlugin:
     def unpin(self, device: int, host: int, size: int, last: bool) -> None:
         self._unlock_impl(device, host, size, last)
 
-    def query(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+    def query(self, host: int, size: int) -> tuple[int, int, int] | None:
         return self._is_pinned_impl(host, size)
 
     # ---- the table --------------------------------------------------------
@@ -272,7 +276,7 @@ class GenericPlugin:
                     self._count = n
         return self._count
 
-    def init_device(self, d: int) -> GenericDevice:
+    def init_device(self, d: int) -> DeviceT:
         dev = self._devices[d] if d < len(self._devices) else None
         if dev is not None:
             return dev
@@ -289,10 +293,10 @@ class GenericPlugin:
 
     device = init_device
 
-    def initialized_devices(self) -> list[GenericDevice]:
+    def initialized_devices(self) -> list[DeviceT]:
         return [d for d in self._devices if d is not None]
 
-    def is_valid_binary(self, binary: Binary, d: Optional[int] = None) -> bool:
+    def is_valid_binary(self, binary: Binary, d: int | None = None) -> bool:
         """Whether `binary` runs on device d (on this plugin's devices when d is None)."""
         try:
             self.check_binary(binary, None if d is None else self.device(d))
@@ -353,21 +357,23 @@ class GenericPlugin:
                 key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
                 stats[key] += n
 
-    def data_exchange(self, src_d: int, src: int, dst_plugin: "GenericPlugin", dst_d: int,
+    def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:
         return self.device(src_d)._exchange_impl(src, dst_plugin.device(dst_d), dst, size,
                                                  queue)
 
     def data_lock(self, d: int, host: int, size: int, owner: Any = None,
                   read_only: bool = False) -> int:
-        return self.pinned.acquire(self, host, size, d, kind=Kind.USER, owner=owner,
+        addr = self.pinned.acquire(self, host, size, d, kind=Kind.USER, owner=owner,
                                    read_only=read_only)
+        assert addr is not None             # create=True: pinned or raised
+        return addr
 
     def data_unlock(self, d: int, host: int) -> None:
         self.pinned.release(self, host, d)
 
     def data_notify_mapped(self, d: int, host: int, size: int, owner: Any = None,
-                           read_only: bool = False) -> Optional[int]:
+                           read_only: bool = False) -> int | None:
         """A new mapping of [host, host+size): take a reference on a pinned entry
         containing it, or pin it per LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS.
         Returns the device-accessible address, or None when it stays unpinned."""
@@ -387,7 +393,7 @@ class GenericPlugin:
         self.pinned.release(self, host, d, what="mapped pinned buffer")
 
     def launch_kernel(self, d: int, binary: Binary, name: str, args: Sequence[Any],
-                      teams: Optional[int] = None, threads: Optional[int] = None,
+                      teams: int | None = None, threads: int | None = None,
                       queue: Any = None) -> None:
         dev = self.device(d)
         k = dev.kernel(binary, name)

@@ -4,18 +4,31 @@ cubin/PTX images. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantics
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import cubin_sm
 from ._cuda_driver import (
-    ATTRIBUTES, CU_MEM_ATTACH_GLOBAL, CU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_PORTABLE,
-    CU_MEMHOSTREGISTER_READ_ONLY, CU_MEMORYTYPE_HOST, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-    CU_STREAM_NON_BLOCKING, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NO_DEVICE,
-    CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Driver, ffi,
+    ATTRIBUTES,
+    CU_MEM_ATTACH_GLOBAL,
+    CU_MEMHOSTREGISTER_DEVICEMAP,
+    CU_MEMHOSTREGISTER_PORTABLE,
+    CU_MEMHOSTREGISTER_READ_ONLY,
+    CU_MEMORYTYPE_HOST,
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    CU_STREAM_NON_BLOCKING,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_SUCCESS,
+    Driver,
+    ffi,
 )
 from ._cuda_driver import ptr as _ptr
 from .args import pack_scalar
@@ -24,7 +37,7 @@ from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 _ffi = ffi
 
 class CUDADevice(GenericDevice):
-    plugin: "CUDAPlugin"
+    plugin: CUDAPlugin
 
     def _init_impl(self) -> None:
         drv = self.plugin.drv
@@ -173,12 +186,12 @@ class CUDADevice(GenericDevice):
             sizes.append(size[0])
         return GenericKernel(name, f[0], sizes, f"parameter sizes {sizes}")
 
-    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
-                     threads: Optional[int], queue: Any) -> None:
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
+                     threads: int | None, queue: Any) -> None:
         name = kernel.name
         params = _ffi.new("void *[]", max(1, len(args)))
         keep = []
-        for i, (a, sz) in enumerate(zip(args, kernel.params)):
+        for i, (a, sz) in enumerate(zip(args, kernel.params, strict=False)):
             c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
             keep.append(c)
             params[i] = c
@@ -209,7 +222,7 @@ class CUDADevice(GenericDevice):
         return info
 
 
-class CUDAPlugin(GenericPlugin):
+class CUDAPlugin(GenericPlugin[CUDADevice]):
     name = "cuda"
     priority = 10
     device_class = CUDADevice
@@ -244,11 +257,11 @@ class CUDAPlugin(GenericPlugin):
             self.reason = "the driver reports no CUDA device"
         return n[0]
 
-    def check_binary(self, binary: Binary, dev: Optional[CUDADevice] = None) -> None:
+    def check_binary(self, binary: Binary, dev: CUDADevice | None = None) -> None:
         """Raise INVALID_BINARY unless `binary` is a cubin for dev's SM, or PTX."""
         if binary.format == "ptx":
             return
-        e = binary.elf
+        e = binary.header
         if e.machine != "EM_CUDA":
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"image is {e.describe()}, not a CUDA cubin (EM_CUDA)")
@@ -258,7 +271,7 @@ class CUDAPlugin(GenericPlugin):
                                f"cubin is for sm_{sm} (ELF ABI version {e.abiversion}), device "
                                f"{dev.id} is sm_{dev.sm[0]}{dev.sm[1]}")
 
-    def architecture(self, d: int = 0) -> Optional[str]:
+    def architecture(self, d: int = 0) -> str | None:
         """'sm_XY' of device d, or None when this plugin has no such device."""
         if d >= self.number_of_devices():
             return None
@@ -299,7 +312,7 @@ class CUDAPlugin(GenericPlugin):
             self.drv.check(self.drv.lib.cuMemHostUnregister(_ptr(host)),
                            f"cuMemHostUnregister(0x{host:x})")
 
-    def _is_pinned_impl(self, host: int, size: int) -> Optional[tuple[int, int, int]]:
+    def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         """Memory registered by someone else (CuPy, PyTorch): (base, size, device address)."""
         devs = self.initialized_devices()
         if not devs:

@@ -10,7 +10,8 @@ import os
 import platform
 import resource
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import cffi
 
@@ -120,7 +121,7 @@ class _Program:
 
 
 class HostDevice(GenericDevice):
-    plugin: "HostPlugin"
+    plugin: HostPlugin
 
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
         out = _ffi.new("void **")
@@ -174,11 +175,11 @@ class HostDevice(GenericDevice):
         params = [(t, t.kind == "pointer") for t in program.ffi.typeof(fn).args]
         return GenericKernel(name, (program.ffi, fn), params, binary.prototypes[name])
 
-    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: Optional[int],
-                     threads: Optional[int], queue: Any) -> None:
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
+                     threads: int | None, queue: Any) -> None:
         ffi, fn = kernel.handle
         conv = []
-        for (t, is_ptr), a in zip(kernel.params, args):
+        for (t, is_ptr), a in zip(kernel.params, args, strict=False):
             conv.append(_ffi_cast(ffi, t, a) if is_ptr else a)
         try:
             fn(*conv)
@@ -201,7 +202,7 @@ def _ffi_cast(ffi: cffi.FFI, t: Any, value: Any) -> Any:
     return ffi.cast(t, value)
 
 
-class HostPlugin(GenericPlugin):
+class HostPlugin(GenericPlugin[HostDevice]):
     name = "host"
     priority = 100
     device_class = HostDevice
@@ -213,12 +214,12 @@ class HostPlugin(GenericPlugin):
     def _init_impl(self) -> int:
         return self.config.host_num_devices
 
-    def check_binary(self, binary: Binary, dev: Optional[GenericDevice] = None) -> None:
+    def check_binary(self, binary: Binary, dev: HostDevice | None = None) -> None:
         """Raise INVALID_BINARY naming what is wrong unless this host can load it."""
         if binary.format != "elf":
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"the host plugin loads ELF shared objects, not {binary.format}")
-        e = binary.elf
+        e = binary.header
         want = f"ELF64 {HOST_MACHINE} ET_DYN"
         problems = []
         if e.elf_class != 64:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Optional
 
 
 class AllocKind(enum.Enum):
@@ -24,7 +23,7 @@ class DevicePool:
         self._free: dict[int, list[int]] = {}
         self.bytes = 0
 
-    def take(self, size: int) -> Optional[int]:
+    def take(self, size: int) -> int | None:
         """A cached block of exactly `size` bytes, or None."""
         with self._lock:
             cached = self._free.get(size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import os
-from typing import Any, Optional
+from typing import Any
 
 import cffi
 
@@ -33,7 +33,7 @@ nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 
 _nvrtc_ffi = cffi.FFI()
 _nvrtc_ffi.cdef(NVRTC_CDEF)
-_nvrtc: Optional[Any] = None
+_nvrtc: Any | None = None
 
 
 def _load_nvrtc() -> Any:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Optional, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 
 class QueueHooks(Protocol):
@@ -39,7 +40,7 @@ class Queues:
             self._free.append(queue)
 
     @contextlib.contextmanager
-    def borrow(self, queue: Optional[Any] = None) -> Iterator[Any]:
+    def borrow(self, queue: Any | None = None) -> Iterator[Any]:
         """`queue` itself when given; else a queue of our own, synchronized at the end
         (also when the block fails, so nothing in flight outlives it) and given back."""
         if queue is not None:

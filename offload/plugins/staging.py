@@ -4,7 +4,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from ._libc import memmove
 
@@ -18,9 +18,9 @@ class StagingHooks(Protocol):
     def _free_staging_impl(self, addr: int, queue: Any) -> None: ...
     def _sync_impl(self, queue: Any) -> None: ...
     def _submit_impl(self, tgt: int, host: int, size: int, queue: Any,
-                     pinned: Optional[int]) -> None: ...
+                     pinned: int | None) -> None: ...
     def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
-                       pinned: Optional[int]) -> None: ...
+                       pinned: int | None) -> None: ...
 
 
 class Staging:
@@ -34,7 +34,7 @@ class Staging:
         self._lock = threading.Lock()
         self._sets: list[list[Lane]] = []        # every set made
         self._free: list[list[Lane]] = []        # ... and those not in use
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _take(self, count: int) -> list[Lane]:
         with self._lock:
@@ -71,7 +71,7 @@ class Staging:
 
         def work(w: int) -> None:
             lanes = all_lanes[2 * w:2 * w + 2]
-            pending: list[Optional[tuple[int, int]]] = [None, None]
+            pending: list[tuple[int, int] | None] = [None, None]
             for j, c in enumerate(todo):
                 buf, q = lanes[j % 2]
                 off = c * chunk
