@@ -1,17 +1,22 @@
-"""offload: LLVM's libomptarget offload runtime for Python programs that use numpy."""
+"""offload: LLVM's libomptarget offload runtime for Python programs that use numpy.
+
+The public face: re-exports only (api.py, omp.py, target.py and the layers below)."""
 from importlib import metadata as _metadata
 
 from . import api as _api
+from . import omp as _omp
 from . import testing  # noqa: F401 - offload.testing.state()
 from .api import *  # noqa: F403
 from .errors import ErrorCode, OffloadError
 from .image import Image, Kernel, compile_c, load_image
 from .mapping import MapType
+from .omp import *  # noqa: F403
+from .target import target
 
 try:
     __version__ = _metadata.version("offload")
 except _metadata.PackageNotFoundError:      # run from a source tree that was not installed
     __version__ = "0+unknown"
 
-__all__ = [*_api.__all__, "ErrorCode", "Image", "Kernel", "MapType", "OffloadError",
-           "compile_c", "load_image"]
+__all__ = [*_api.__all__, *_omp.__all__, "ErrorCode", "Image", "Kernel", "MapType",
+           "OffloadError", "compile_c", "load_image", "target"]

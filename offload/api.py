@@ -1,5 +1,5 @@
 """The Pythonic layer (DESIGN.md §5): map clauses, data constructs, pinning, kernels,
-devices; re-exports the OpenMP-named functions and target regions."""
+devices. Target regions are in target.py, the OpenMP-named functions in omp.py."""
 from __future__ import annotations
 
 import threading
@@ -12,18 +12,14 @@ from .device import Device
 from .errors import ErrorCode, OffloadError
 from .image import Image
 from .mapping import MapClause, MapItem, MapType, map_items
-from .omp import *  # noqa: F403 - the OpenMP-named API is part of this face
-from .omp import __all__ as _omp_all
 from .runtime import Handle
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
-from .target import target
 
 __all__ = [
-    *_omp_all, "DeviceRecord", "Handle", "MapClause", "Pinned", "alloc", "compile_cuda",
-    "delete", "devices", "from_", "lock", "locked", "release", "shutdown", "target",
-    "target_data", "target_enter_data", "target_exit_data", "target_update", "taskwait", "to",
-    "tofrom",
+    "DeviceRecord", "Handle", "MapClause", "Pinned", "alloc", "compile_cuda", "delete",
+    "devices", "from_", "lock", "locked", "release", "shutdown", "target_data",
+    "target_enter_data", "target_exit_data", "target_update", "taskwait", "to", "tofrom",
 ]
 
 

@@ -185,6 +185,61 @@ class HSA:
             raise OffloadError(_STATUS_CODES.get(status, ErrorCode.BACKEND_FAILURE),
                                f"{what} failed: {self.text(status)}")
 
+    def agents(self) -> list[tuple[Any, int]]:
+        """Every agent with its device type (HSA_DEVICE_TYPE_CPU / _GPU)."""
+        hsa = self
+        agents: list[tuple[Any, int]] = []
+
+        @ffi.callback("hsa_status_t(hsa_agent_t, void *)")
+        def each_agent(agent, _data):
+            kind = ffi.new("int *")
+            if hsa.lib.hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, kind) == 0:
+                agents.append((ffi.new("hsa_agent_t *", agent)[0], kind[0]))
+            return HSA_STATUS_SUCCESS
+
+        hsa.check(hsa.lib.hsa_iterate_agents(each_agent, ffi.NULL), "hsa_iterate_agents")
+        return agents
+
+    def pools(self, agent: Any) -> list[tuple[Any, int]]:
+        """The agent's global-segment pools the runtime may allocate from, with flags."""
+        hsa = self
+        found: list[tuple[Any, int]] = []
+
+        @ffi.callback("hsa_status_t(hsa_amd_memory_pool_t, void *)")
+        def each_pool(pool, _data):
+            seg, flags = ffi.new("int *"), ffi.new("uint32_t *")
+            alloc = ffi.new("bool *")
+            hsa.lib.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, seg)
+            hsa.lib.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
+                                                 flags)
+            hsa.lib.hsa_amd_memory_pool_get_info(
+                pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, alloc)
+            if seg[0] == HSA_AMD_SEGMENT_GLOBAL and alloc[0]:
+                found.append((ffi.new("hsa_amd_memory_pool_t *", pool)[0], flags[0]))
+            return HSA_STATUS_SUCCESS
+
+        hsa.check(hsa.lib.hsa_amd_agent_iterate_memory_pools(agent, each_pool, ffi.NULL),
+                  "hsa_amd_agent_iterate_memory_pools")
+        return found
+
+    def isa_name(self, agent: Any) -> str:
+        """The name of the agent's first ISA (e.g. amdgcn-amd-amdhsa--gfx90a:xnack-)."""
+        hsa = self
+        names: list[str] = []
+
+        @ffi.callback("hsa_status_t(hsa_isa_t, void *)")
+        def each_isa(isa, _data):
+            n = ffi.new("uint32_t *")
+            if hsa.lib.hsa_isa_get_info_alt(isa, HSA_ISA_INFO_NAME_LENGTH, n) == 0:
+                buf = ffi.new("char[]", n[0] + 1)
+                if hsa.lib.hsa_isa_get_info_alt(isa, HSA_ISA_INFO_NAME, buf) == 0:
+                    names.append(ffi.string(buf).decode())
+            return HSA_STATUS_SUCCESS
+
+        hsa.check(hsa.lib.hsa_agent_iterate_isas(agent, each_isa, ffi.NULL),
+                  "hsa_agent_iterate_isas")
+        return names[0] if names else "unknown"
+
 
 def uint(ptr: Any) -> int:
     return int(ffi.cast("uintptr_t", ptr))

@@ -16,16 +16,11 @@ from ..image import Binary
 from ..targets import code_object_target, read_metadata, target_features
 from ._hsa_runtime import (
     HSA,
-    HSA_AGENT_INFO_DEVICE,
     HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
     HSA_AMD_AGENT_INFO_PRODUCT_NAME,
     HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
     HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
     HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
-    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
-    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
-    HSA_AMD_MEMORY_POOL_INFO_SEGMENT,
-    HSA_AMD_SEGMENT_GLOBAL,
     HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT,
     HSA_DEVICE_TYPE_CPU,
     HSA_DEVICE_TYPE_GPU,
@@ -36,8 +31,6 @@ from ._hsa_runtime import (
     HSA_EXT_POINTER_TYPE_HSA,
     HSA_EXT_POINTER_TYPE_LOCKED,
     HSA_FENCE_SCOPE_SYSTEM,
-    HSA_ISA_INFO_NAME,
-    HSA_ISA_INFO_NAME_LENGTH,
     HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
     HSA_PACKET_HEADER_BARRIER,
     HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE,
@@ -354,21 +347,12 @@ class AMDGPUPlugin(GenericPlugin[AMDGPUDevice]):
         hsa = self.hsa
         hsa.check(hsa.lib.hsa_init(), "hsa_init")
         self._initialized = True
-        agents: list[tuple[Any, int]] = []
-
-        @_ffi.callback("hsa_status_t(hsa_agent_t, void *)")
-        def each_agent(agent, _data):
-            kind = _ffi.new("int *")
-            if hsa.lib.hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, kind) == 0:
-                agents.append((_ffi.new("hsa_agent_t *", agent)[0], kind[0]))
-            return HSA_STATUS_SUCCESS
-
-        hsa.check(hsa.lib.hsa_iterate_agents(each_agent, _ffi.NULL), "hsa_iterate_agents")
+        agents = hsa.agents()
         cpus = [a for a, k in agents if k == HSA_DEVICE_TYPE_CPU]
         if not cpus:
             raise OffloadError(ErrorCode.NOT_FOUND, "HSA reports no CPU agent")
         self.cpu_agent = cpus[0]
-        pools = self._pools(self.cpu_agent)
+        pools = hsa.pools(self.cpu_agent)
         fine, kernarg = (HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
                          HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT)
         self.host_pool = next((p for p, f in pools if f & fine and not f & kernarg),
@@ -382,51 +366,13 @@ class AMDGPUPlugin(GenericPlugin[AMDGPUDevice]):
         for agent, kind in agents:
             if kind != HSA_DEVICE_TYPE_GPU:
                 continue
-            pool = next((p for p, f in self._pools(agent)
+            pool = next((p for p, f in hsa.pools(agent)
                          if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED), None)
             if pool is not None:
-                self.gpus.append(GPUAgent(agent, self._isa(agent), pool))
+                self.gpus.append(GPUAgent(agent, hsa.isa_name(agent), pool))
         if not self.gpus:
             self.reason = "HSA reports no GPU agent"
         return len(self.gpus)
-
-    def _pools(self, agent: Any) -> list[tuple[Any, int]]:
-        hsa = self.hsa
-        found: list[tuple[Any, int]] = []
-
-        @_ffi.callback("hsa_status_t(hsa_amd_memory_pool_t, void *)")
-        def each_pool(pool, _data):
-            seg, flags = _ffi.new("int *"), _ffi.new("uint32_t *")
-            alloc = _ffi.new("bool *")
-            hsa.lib.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, seg)
-            hsa.lib.hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
-                                                 flags)
-            hsa.lib.hsa_amd_memory_pool_get_info(
-                pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, alloc)
-            if seg[0] == HSA_AMD_SEGMENT_GLOBAL and alloc[0]:
-                found.append((_ffi.new("hsa_amd_memory_pool_t *", pool)[0], flags[0]))
-            return HSA_STATUS_SUCCESS
-
-        hsa.check(hsa.lib.hsa_amd_agent_iterate_memory_pools(agent, each_pool, _ffi.NULL),
-                  "hsa_amd_agent_iterate_memory_pools")
-        return found
-
-    def _isa(self, agent: Any) -> str:
-        hsa = self.hsa
-        names: list[str] = []
-
-        @_ffi.callback("hsa_status_t(hsa_isa_t, void *)")
-        def each_isa(isa, _data):
-            n = _ffi.new("uint32_t *")
-            if hsa.lib.hsa_isa_get_info_alt(isa, HSA_ISA_INFO_NAME_LENGTH, n) == 0:
-                buf = _ffi.new("char[]", n[0] + 1)
-                if hsa.lib.hsa_isa_get_info_alt(isa, HSA_ISA_INFO_NAME, buf) == 0:
-                    names.append(_ffi.string(buf).decode())
-            return HSA_STATUS_SUCCESS
-
-        hsa.check(hsa.lib.hsa_agent_iterate_isas(agent, each_isa, _ffi.NULL),
-                  "hsa_agent_iterate_isas")
-        return names[0] if names else "unknown"
 
     def _deinit_impl(self) -> None:
         if self._initialized:

@@ -1,0 +1,62 @@
+"""Check that offload's imports point down the layers of DESIGN.md §1 (run by .ci/run)."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
+# lower number = lower layer; a module may import only modules of a lower layer
+LAYERS = {
+    "errors": 0, "config": 1, "arrays": 1, "pinned": 2, "image": 2, "targets": 3,
+    "plugins._libc": 3, "plugins.args": 3, "plugins.memory_pool": 3, "plugins.queues": 3,
+    "plugins.staging": 4, "plugins._cuda_driver": 3, "plugins._hsa_runtime": 3,
+    "plugins.nvrtc": 3, "plugins.common": 5, "plugins.host": 6, "plugins.cuda": 6,
+    "plugins.amdgpu": 6, "plugins": 0, "mapping": 7, "device": 8, "plugin_manager": 9,
+    "runtime": 10, "api": 11, "omp": 11, "target": 11, "testing": 12, "cli": 12,
+    "__init__": 13,
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    name = ".".join(rel.parts)
+    return "plugins" if name == "plugins.__init__" else name
+
+
+def imports(path: pathlib.Path, name: str) -> set[str]:
+    pkg = name.split(".")[:-1] if "." in name else []
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+            mod = ".".join(base + ([node.module] if node.module else []))
+            if node.module is None:
+                out |= {".".join(base + [a.name]) for a in node.names}
+            else:
+                out.add(mod)
+        elif isinstance(node, ast.Import):
+            out |= {a.name[len("offload."):] for a in node.names if a.name.startswith("offload.")}
+    return out
+
+
+def main() -> int:
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        name = module_name(path)
+        if name not in LAYERS:
+            bad.append(f"{name}: not placed in a layer (add it to scripts/check_layers.py)")
+            continue
+        for dep in imports(path, name):
+            if dep not in LAYERS:
+                continue
+            if LAYERS[dep] >= LAYERS[name] and name != "__init__":
+                bad.append(f"{name} (layer {LAYERS[name]}) imports {dep} (layer {LAYERS[dep]})")
+    for line in bad:
+        print(line)
+    print(f"layers: {len(bad)} problem(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
