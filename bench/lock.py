@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OFFLOAD_PLUGINS", "host")
 
 import offload  # noqa: E402
-from bench._util import machine, per_call, plot, table  # noqa: E402
+from bench._util import arguments, machine, per_call, plot, table  # noqa: E402
 
 ffi = cffi.FFI()
 ffi.cdef("int mlock(const void *, size_t); int munlock(const void *, size_t);")
@@ -23,6 +23,7 @@ libc = ffi.dlopen(None)
 
 
 def main() -> None:
+    arguments(__doc__).parse_args()
     dev = offload.runtime.current().manager.get_device(0)
     rows, ours, raw = [], [], []
 
@@ -76,8 +77,8 @@ def main() -> None:
     print(f"offload bench/lock.py on {machine()}")
     print(table(rows, ("operation", "offload", "raw mlock+munlock", "ratio")))
     print(plot(os.path.join(os.path.dirname(__file__), "lock.png"),
-               "lock+unlock vs raw mlock+munlock", labels,
-               {"offload": ours, "raw": raw}, "microseconds"))
+               f"lock+unlock against raw mlock+munlock ({machine()})", labels,
+               {"offload": ours, "raw": raw}, "time per operation (µs, log scale)"))
     offload.shutdown()
 
 

@@ -14,10 +14,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OFFLOAD_PLUGINS", "host")
 
 import offload  # noqa: E402
-from bench._util import machine, per_call, plot, table  # noqa: E402
+from bench._util import arguments, machine, per_call, plot, table  # noqa: E402
 
 
 def main() -> None:
+    arguments(__doc__).parse_args()
     k = offload.compile_c("void nothing(void) {}\nvoid touch(int *a) { a[0] += 1; }\n")
     dev = offload.runtime.current().manager.get_device(0)
     rows, labels, ours, base = [], [], [], []
@@ -26,7 +27,7 @@ def main() -> None:
         ratio = f"{t / t_base:.2f}x" if t_base else "-"
         rows.append((name, f"{t * 1e6:.2f} us",
                      f"{t_base * 1e6:.2f} us ({base_name})" if t_base else "-", ratio))
-        labels.append(name.split(" (")[0][:18])
+        labels.append(name)
         ours.append(t * 1e6)
         base.append((t_base or 0) * 1e6)
 
@@ -74,8 +75,8 @@ def main() -> None:
     print(f"offload bench/overhead.py on {machine()}")
     print(table(rows, ("operation", "offload", "baseline", "ratio")))
     print(plot(os.path.join(os.path.dirname(__file__), "overhead.png"),
-               "per-operation cost (host plugin)", labels, {"offload": ours,
-                                                           "baseline": base}, "microseconds"))
+               f"Per-operation cost, host plugin ({machine()})", labels, {"offload": ours,
+                                                           "baseline (the table says which)": base}, "time per operation (µs, log scale)"))
     offload.shutdown()
 
 

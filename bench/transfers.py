@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["OFFLOAD_PLUGINS"] = "cuda"
 
 import offload  # noqa: E402
-from bench._util import machine, per_call, table  # noqa: E402
+from bench._util import arguments, machine, per_call, style, table  # noqa: E402
 
 MiB = 1 << 20
 
@@ -118,7 +118,10 @@ def frameworks(size: int) -> dict:
 
 
 def main() -> None:
-    max_mib = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
+    parser = arguments(__doc__)
+    parser.add_argument("max_mib", nargs="?", type=int, default=2048,
+                        help="largest transfer in MiB (default 2048)")
+    max_mib = parser.parse_args().max_mib
     sizes = [s for s in (1, 16, 256, 1024, 2048) if s <= max_mib]
     results: dict[int, dict] = {}
     kernel = offload.compile_cuda('extern "C" __global__ void nothing() {}')
@@ -141,6 +144,7 @@ def main() -> None:
     pin.unlock()
 
     info = dev.info()
+    dev_name = f"{info['name']}, {info['architecture']}"
     print(f"offload bench/transfers.py on {info['name']} ({info['architecture']}), host "
           f"{machine()}, {time.strftime('%Y-%m-%d')}")
     names = [k for k in results[sizes[0]] if isinstance(results[sizes[0]][k], float)]
@@ -166,14 +170,17 @@ def main() -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(9, 5))
-        for name in names:
-            ax.plot(sizes, [s * MiB / results[s][name] / 1e9 for s in sizes], marker="o",
-                    label=name)
+        fig, ax = plt.subplots(figsize=(11, 5.5))
+        for i, name in enumerate(names):
+            ax.plot(sizes, [s * MiB / results[s][name] / 1e9 for s in sizes], label=name,
+                    linestyle="-" if i < 10 else "--", **style(i))
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("MiB")
-        ax.set_ylabel("GB/s")
-        ax.legend(fontsize=6)
+        ax.set_xlabel("transfer size (MiB)")
+        ax.set_ylabel("bandwidth (GB/s)")
+        ax.set_title(f"Host-device copies on device 0 ({dev_name})")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+        fig.tight_layout()
         path = os.environ.get("OUT", os.path.dirname(__file__))
         fig.savefig(os.path.join(path, "transfers.png"), dpi=120)
         print(f"plot written to {os.path.join(path, 'transfers.png')}")

@@ -4,6 +4,10 @@ Lock an array, map it tofrom and add one, map a[10:20] and add one again,
 unlock, check. Prints PASS and how many bytes moved, by which path.
 Usage: python examples/prelock.py [device] [n]
 """
+from __future__ import annotations
+
+import argparse
+import contextlib
 import sys
 import time
 
@@ -29,27 +33,40 @@ def kernels() -> offload.Image:
         return host
 
 
-def main() -> int:
-    device = int(sys.argv[1]) if len(sys.argv) > 1 else offload.omp_get_default_device()
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("device", nargs="?", type=int, default=None,
+                        help="device number (default: the default device; the initial device, "
+                             "omp_get_initial_device(), runs on the host without pinning)")
+    parser.add_argument("n", nargs="?", type=int, default=1 << 20,
+                        help="number of ints (default 1048576; 0 is allowed)")
+    args = parser.parse_args(argv)
+    device = offload.omp_get_default_device() if args.device is None else args.device
+    n = args.n
+    if n < 0:
+        parser.error(f"n must be >= 0, got {n}")
     k = kernels()
     a = np.arange(n, dtype=np.int32)
     expect = np.arange(n, dtype=np.int32) + 1
     expect[10:20] += 1
     threads = 256
+    initial = device == offload.omp_get_initial_device()
 
     t0 = time.perf_counter()
-    with offload.locked(a, device=device) as pinned:
+    # pinning is for offload devices, and needs at least one byte
+    with (contextlib.nullcontext() if initial or n == 0
+          else offload.locked(a, device=device)) as pinned:
         offload.target(k.add_one, a, 0, n, map=[offload.tofrom(a)], device=device,
-                       teams=(n + threads - 1) // threads, threads=threads)
-        offload.target(k.add_one, a, 10, 20, map=[offload.tofrom(a[10:20])], device=device,
-                       teams=1, threads=threads)
+                       teams=max(1, (n + threads - 1) // threads), threads=threads)
+        offload.target(k.add_one, a, 10, min(n, 20), map=[offload.tofrom(a[10:20])],
+                       device=device, teams=1, threads=threads)
     elapsed = time.perf_counter() - t0
 
-    ok = np.array_equal(a, expect) and not pinned.locked
-    dev = offload.runtime.current().manager.get_device(device) if device < offload.omp_get_num_devices() else None
-    where = f"device {device} ({dev.plugin.name})" if dev else "the initial device"
-    print(f"prelock on {where}: {n} ints, {elapsed * 1e3:.2f} ms")
+    ok = np.array_equal(a, expect) and (pinned is None or not pinned.locked)
+    dev = None if initial else offload.runtime.current().manager.get_device(device)
+    where = f"device {device} ({dev.plugin.name})" if dev else "the initial device (host)"
+    print(f"prelock on {where}: {n} ints, {elapsed * 1e3:.2f} ms"
+          f"{'' if pinned is not None else ' (nothing pinned)'}")
     if dev is not None:
         s = dev.stats
         print(f"  host->device: {s['to pinned']} bytes pinned, {s['to unpinned']} bytes unpinned")

@@ -21,15 +21,14 @@ class Device:
         self.plugin = plugin
         self.local_id = local_id
         self.table = MappingTable(plugin, local_id, number, config.info)
+        #: the plugin's device object (initialised before this Device is made)
+        self.generic = plugin.device(local_id)
         # per image, the binary this device runs; weak, so a dead image's id is not reused
         self._binaries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"<Device {self.number}: {self.plugin.name} #{self.local_id}>"
 
-    @property
-    def generic(self):
-        return self.plugin.device(self.local_id)
 
     # ---- pinning (targetLockExplicit / targetUnlockExplicit) ---------------
     def lock(self, host: int, size: int, owner: Any = None, read_only: bool = False) -> int:

@@ -341,21 +341,27 @@ class GenericPlugin(Generic[DeviceT]):
     def _transfer(self, to_device: bool, d: int, tgt: int, host: int, size: int,
                   queue: Any) -> None:
         dev = self.device(d)
+        if queue is None and self.asynchronous:
+            with dev.queue() as q:             # ours: synchronized before we return
+                self._transfer_on(dev, to_device, tgt, host, size, q)
+        else:
+            self._transfer_on(dev, to_device, tgt, host, size, queue)
+
+    def _transfer_on(self, dev: DeviceT, to_device: bool, tgt: int, host: int, size: int,
+                     q: Any) -> None:
         stats = dev.stats
         stage = self.staging_threshold
-        ctx = dev.queue(queue) if self.asynchronous else contextlib.nullcontext(queue)
-        with ctx as q:
-            for off, n, via in self.pinned.translate(host, size, d):
-                if via is None and stage is not None and n >= stage:
-                    if q is not None:          # staging runs on queues of its own: what
-                        dev._sync_impl(q)      # was enqueued before (a kernel) goes first
-                    dev.staging.copy(to_device, tgt + off, host + off, n)
-                elif to_device:
-                    dev._submit_impl(tgt + off, host + off, n, q, via)
-                else:
-                    dev._retrieve_impl(host + off, tgt + off, n, q, via)
-                key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
-                stats[key] += n
+        for off, n, via in self.pinned.translate(host, size, dev.id):
+            if via is None and stage is not None and n >= stage:
+                if q is not None:          # staging runs on queues of its own: what
+                    dev._sync_impl(q)      # was enqueued before (a kernel) goes first
+                dev.staging.copy(to_device, tgt + off, host + off, n)
+            elif to_device:
+                dev._submit_impl(tgt + off, host + off, n, q, via)
+            else:
+                dev._retrieve_impl(host + off, tgt + off, n, q, via)
+            key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
+            stats[key] += n
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:

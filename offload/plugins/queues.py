@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 
@@ -39,24 +38,10 @@ class Queues:
         with self._lock:
             self._free.append(queue)
 
-    @contextlib.contextmanager
-    def borrow(self, queue: Any | None = None) -> Iterator[Any]:
+    def borrow(self, queue: Any | None = None) -> _Borrowed:
         """`queue` itself when given; else a queue of our own, synchronized at the end
         (also when the block fails, so nothing in flight outlives it) and given back."""
-        if queue is not None:
-            yield queue
-            return
-        q = self.get()
-        try:
-            yield q
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._hooks._sync_impl(q)
-            raise
-        else:
-            self._hooks._sync_impl(q)
-        finally:
-            self.release(q)
+        return _Borrowed(self, queue)
 
     def drain(self) -> None:
         """Wait for every queue this device made."""
@@ -68,3 +53,32 @@ class Queues:
             made, self.made, self._free = self.made, [], []
         for q in made:
             self._hooks._destroy_queue_impl(q)
+
+
+class _Borrowed:
+    """The context manager of Queues.borrow (a class: cheaper than a generator)."""
+
+    __slots__ = ("_queues", "_given", "_queue")
+
+    def __init__(self, queues: Queues, queue: Any | None):
+        self._queues = queues
+        self._given = queue
+
+    def __enter__(self) -> Any:
+        if self._given is not None:
+            return self._given
+        self._queue = self._queues.get()
+        return self._queue
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._given is not None:
+            return
+        q = self._queue
+        try:
+            if exc_type is None:
+                self._queues._hooks._sync_impl(q)
+            else:
+                with contextlib.suppress(Exception):
+                    self._queues._hooks._sync_impl(q)
+        finally:
+            self._queues.release(q)
