@@ -42,38 +42,55 @@ def to(a: Any, *, always: bool = False, present: bool = False, close: bool = Fal
        hold: bool = False, name: str | None = None) -> MapClause:
     """map(to: a): copied to the device when the mapping is created (or `always`).
 
-    `present=True` requires an existing mapping; `hold=True` uses the ompx_hold count;
-    `name` appears in LIBOMPTARGET_INFO messages."""
+    Args:
+        a: a contiguous numpy array or buffer (a section such as `a[10:20]` works).
+        always: copy even when the data is mapped already.
+        present: fail unless the data is mapped already.
+        close: a hint, accepted and ignored (as LLVM does on these devices).
+        hold: count the reference in the ompx_hold count, which `delete` cannot drop.
+        name: the name LIBOMPTARGET_INFO messages show.
+
+    Returns:
+        A MapClause for `map=`, `target_data`, `target_enter_data`, ...
+    """
     return _clause(MapType.TO, a, always, present, close, hold, name)
 
 
 def from_(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
           hold: bool = False, name: str | None = None) -> MapClause:
-    """map(from: a): copied back when the last reference goes (or `always`)."""
+    """map(from: a): copied back when the last reference goes (or `always`).
+
+    Keywords as for `to`. A read-only array cannot be mapped `from`."""
     return _clause(MapType.FROM, a, always, present, close, hold, name)
 
 
 def tofrom(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
            hold: bool = False, name: str | None = None) -> MapClause:
-    """map(tofrom: a): `to` on entry and `from` on exit."""
+    """map(tofrom: a): `to` on entry and `from` on exit; keywords as for `to`.
+
+    Example:
+        >>> with offload.target_data(offload.tofrom(a)): ...
+    """
     return _clause(MapType.TO | MapType.FROM, a, always, present, close, hold, name)
 
 
 def alloc(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
           hold: bool = False, name: str | None = None) -> MapClause:
-    """map(alloc: a): device memory without copies."""
+    """map(alloc: a): device memory without copies; keywords as for `to`."""
     return _clause(MapType.NONE, a, always, present, close, hold, name)
 
 
 def release(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
             hold: bool = False, name: str | None = None) -> MapClause:
-    """map(release: a) for target_exit_data: drop one reference, copy nothing."""
+    """map(release: a) for target_exit_data: drop one reference, copy nothing;
+    keywords as for `to`."""
     return _clause(MapType.NONE, a, always, present, close, hold, name)
 
 
 def delete(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
            hold: bool = False, name: str | None = None) -> MapClause:
-    """map(delete: a) for target_exit_data: drop every dynamic reference."""
+    """map(delete: a) for target_exit_data: drop every dynamic reference (the mapping
+    goes unless a hold reference remains); keywords as for `to`."""
     return _clause(MapType.DELETE, a, always, present, close, hold, name)
 
 
@@ -81,10 +98,19 @@ def delete(a: Any, *, always: bool = False, present: bool = False, close: bool =
 class target_data:
     """`with target_data(tofrom(a), to(b)):` maps on entry, unmaps on exit.
 
-    Left by an exception, the region still unmaps but copies nothing back.
+    Entry is all or nothing. Left by an exception, the region still unmaps but copies
+    nothing back. On the initial device it maps nothing.
 
-    >>> with offload.target_data(offload.tofrom(a)):
-    ...     offload.target(k.add_one, a, 0, a.size)
+    Args:
+        *maps: map clauses, or bare arrays (mapped `tofrom`).
+        device: device number; None for the default device.
+
+    Raises:
+        OffloadError: as `target_enter_data`, on entry.
+
+    Example:
+        >>> with offload.target_data(offload.tofrom(a)):
+        ...     offload.target(k.add_one, a, 0, a.size)
     """
 
     def __init__(self, *maps: Any, device: int | None = None):
@@ -119,8 +145,21 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
 
 def target_enter_data(*maps: Any, device: int | None = None,
                       nowait: bool = False) -> Handle | None:
-    """Map clauses until a matching target_exit_data (all or nothing); bare arrays are
-    mapped `to`."""
+    """Map clauses until a matching target_exit_data (`#pragma omp target enter data`).
+
+    Args:
+        *maps: map clauses, or bare arrays (mapped `to`).
+        device: device number; None for the default device (nothing on the initial device).
+        nowait: return at once with a Handle.
+
+    Returns:
+        None, or a Handle with `nowait=True`.
+
+    Raises:
+        OffloadError: INVALID_ARGUMENT for an explicit extension of a mapping or a
+            `present` clause whose data is absent; OUT_OF_RESOURCES when the device is
+            full. Every clause already applied is undone first.
+    """
     dev = _current().device(device)
     items = map_items(maps, MapType.TO)
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait)
@@ -128,8 +167,20 @@ def target_enter_data(*maps: Any, device: int | None = None,
 
 def target_exit_data(*maps: Any, device: int | None = None,
                      nowait: bool = False) -> Handle | None:
-    """Unmap clauses: from_ copies back on the last reference, delete forces it; bare
-    arrays are unmapped `from`."""
+    """Unmap clauses (`#pragma omp target exit data`): `from_` copies back on the last
+    reference, `delete` drops every dynamic reference, `release` copies nothing.
+
+    Args:
+        *maps: map clauses, or bare arrays (unmapped `from`).
+        device: device number; None for the default device.
+        nowait: return at once with a Handle.
+
+    Returns:
+        None, or a Handle with `nowait=True`.
+
+    Raises:
+        OffloadError: INVALID_ARGUMENT for a `present` clause whose data is absent.
+    """
     dev = _current().device(device)
     items = map_items(maps, MapType.FROM)
     for it in items:
@@ -139,8 +190,21 @@ def target_exit_data(*maps: Any, device: int | None = None,
 
 def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
                   device: int | None = None, nowait: bool = False) -> Handle | None:
-    """Copy present data: `to` host->device, `from_` device->host; absent data is
-    skipped unless its clause says present=True."""
+    """Copy present data (`#pragma omp target update`).
+
+    Args:
+        to: arrays (or `to(a, present=True)` clauses) to copy host -> device.
+        from_: arrays (or clauses) to copy device -> host.
+        device: device number; None for the default device.
+        nowait: return at once with a Handle.
+
+    Returns:
+        None, or a Handle with `nowait=True`.
+
+    Raises:
+        OffloadError: INVALID_ARGUMENT for absent data with `present=True` (absent
+            data is otherwise skipped), or a read-only array in `from_`.
+    """
     dev = _current().device(device)
     items = []
     for seq, motion in ((to, MapType.TO), (from_, MapType.FROM)):
@@ -151,7 +215,10 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
 
 
 def taskwait() -> None:
-    """Wait for the calling thread's own `nowait` work; raise the first of its errors."""
+    """Wait for the `nowait` work the calling thread started (OpenMP's taskwait).
+
+    Work started by other threads is not waited for. Raises the first error among
+    the calling thread's work, after all of it has finished."""
     _current().nowait.wait(threading.get_ident())
 
 
@@ -208,10 +275,25 @@ class Pinned:
 
 
 def lock(a: Any, device: int | None = None) -> Pinned:
-    """Pin an array's memory for a device (reference counted); returns a Pinned.
+    """Pin an array's memory for a device (`llvm_omp_target_lock_mem`, reference counted).
 
-    Raises INVALID_VALUE for the initial device, INVALID_ARGUMENT for a range that
-    partly overlaps a pinned one, OUT_OF_RESOURCES when the OS refuses."""
+    Later mappings of the memory copy from the pinned pages directly.
+
+    Args:
+        a: a contiguous numpy array or buffer, at least one byte.
+        device: device number; None for the default device.
+
+    Returns:
+        A Pinned holding one reference; `unlock()` it (or use `locked`).
+
+    Raises:
+        OffloadError: INVALID_VALUE for the initial device or an empty array,
+            INVALID_ARGUMENT for a range that partly overlaps a pinned one,
+            OUT_OF_RESOURCES when the OS refuses (the message names the limit).
+
+    Example:
+        >>> pin = offload.lock(a, device=0); ...; pin.unlock()
+    """
     dev = _current().device(device)
     if dev is None:
         raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -224,14 +306,31 @@ def lock(a: Any, device: int | None = None) -> Pinned:
 
 
 def locked(a: Any, device: int | None = None) -> Pinned:
-    """`with locked(a):` pins for the block and unpins on exit."""
+    """`with locked(a):` pins for the block and unpins on exit; arguments as `lock`.
+
+    Example:
+        >>> with offload.locked(a, device=0):
+        ...     offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
+    """
     return lock(a, device)
 
 
 # ---- kernels and devices ------------------------------------------------------------
 def compile_cuda(source: str, *, arch: str | None = None, ptx: bool = False) -> Image:
-    """Compile CUDA C++ with NVRTC into a cubin (or PTX) image (needs libnvrtc);
-    `arch` defaults to the first CUDA device's, else sm_90."""
+    """Compile CUDA C++ with NVRTC into an image (needs libnvrtc).
+
+    Args:
+        source: CUDA C++ whose kernels are `extern "C" __global__`.
+        arch: e.g. 'sm_90'; defaults to the first CUDA device's, else sm_90.
+        ptx: make PTX (JIT-compiled by the driver) instead of a cubin.
+
+    Returns:
+        An Image whose kernels are attributes.
+
+    Raises:
+        OffloadError: UNSUPPORTED without NVRTC, INVALID_ARGUMENT with the compiler's
+            log when the source does not compile.
+    """
     from .plugins.nvrtc import compile_cuda as _compile
     if arch is None:
         arch = _current().manager.architecture("cuda") or "sm_90"
@@ -249,7 +348,12 @@ class DeviceRecord:
 
 
 def devices() -> list[DeviceRecord]:
-    """One record per offload device (the initial device not included)."""
+    """One record per offload device (the initial device not included).
+
+    Example:
+        >>> [(d.number, d.plugin, d.name) for d in offload.devices()]
+        [(0, 'host', 'host CPU (x86_64)')]
+    """
     m = _current().manager
     out = []
     for n in range(m.num_devices()):

@@ -27,14 +27,33 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
 def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
            teams: int | None = None, threads: int | None = None,
            nowait: bool = False) -> Handle | None:
-    """Run `kernel` on a device: map, launch, unmap.
+    """Run `kernel` on a device: map, launch, unmap (`#pragma omp target`).
 
-    Array arguments become device addresses through the mapping that holds them;
-    arrays no clause or mapping covers are mapped tofrom for the region. An int
-    passed for a pointer parameter is taken as a device address (is_device_ptr).
-    With nowait=True, returns a Handle; read the arrays only after `wait()`.
+    Array arguments become the device address of their first element through the
+    mapping that holds them; arrays no clause or mapping covers are mapped `tofrom`
+    for the region. An int passed for a pointer parameter is taken as a device
+    address (is_device_ptr). Scalars pass by value, typed by the kernel's parameters.
 
-    >>> offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
+    Args:
+        kernel: a kernel of an image, e.g. `image.add_one`.
+        *args: the kernel's arguments: arrays, ints, floats.
+        map: map clauses (`to(a)`, `tofrom(a[10:20])`, ...) or bare arrays (`tofrom`).
+        device: device number; None for the default device. The initial device, or a
+            device without a binary for the kernel, runs the host binary.
+        teams: the grid size on a GPU (ignored on the host).
+        threads: the block size on a GPU (ignored on the host).
+        nowait: return at once with a Handle; read the arrays only after `wait()`.
+
+    Returns:
+        None, or a Handle with `nowait=True`.
+
+    Raises:
+        OffloadError: INVALID_ARGUMENT for a bad clause or argument, INVALID_VALUE for
+            a device number that is not a device, INVALID_BINARY when the kernel cannot
+            run anywhere asked, driver errors as BACKEND_FAILURE. Nothing stays mapped.
+
+    Example:
+        >>> offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
     """
     if not isinstance(kernel, Kernel):
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,

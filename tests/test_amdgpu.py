@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import offload
-from offload import ErrorCode, OffloadError
+from offload import ErrorCode, OffloadError, targets
 from offload.pinned import Kind
-from offload import targets
 from offload.plugins import _hsa_runtime as hsa
+from tests.harness import run_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HSA_INCLUDE = "/usr/include/hsa"
@@ -231,27 +231,16 @@ def test_unpinned_data_is_staged(amd, kernels):
 
 def test_concurrent_staged_transfers_do_not_share_buffers(amd):
     """Every unpinned byte is staged on HSA: four threads at once, each its own data."""
-    import threading
     arrays = [np.full((5 << 20) // 4, i, np.int32) for i in range(4)]
-    errors = []
 
     def work(a, i):
-        try:
-            for _ in range(3):
-                with offload.target_data(offload.to(a), device=0):
-                    a[:] = -1
-                    offload.target_update(from_=[a], device=0)
-                    if not (a == i).all():
-                        errors.append(f"array {i} came back wrong")
-        except Exception as exc:          # pragma: no cover
-            errors.append(exc)
+        for _ in range(3):
+            with offload.target_data(offload.to(a), device=0):
+                a[:] = -1
+                offload.target_update(from_=[a], device=0)
+                assert (a == i).all(), f"array {i} came back wrong"
 
-    ts = [threading.Thread(target=work, args=(a, i)) for i, a in enumerate(arrays)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert errors == []
+    run_threads(work, [(a, i) for i, a in enumerate(arrays)])
 
 
 def test_lock_twice_unlock_twice(amd, sim):

@@ -3,7 +3,6 @@ import os
 import struct
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 import offload
 from offload import ErrorCode, OffloadError
 from offload.plugins.common import AllocKind
+from tests.harness import run_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -281,31 +281,22 @@ def test_compile_c_caches_by_content(rt, tmp_path):
 
 
 def test_threads_alloc_copy_free(rt):
-    errors = []
     init = offload.omp_get_initial_device()
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for _ in range(1000):
-                n = int(rng.integers(1, 4096))
-                a = rng.integers(0, 255, n, dtype=np.uint8)
-                d = offload.omp_target_alloc(n, 0)
-                assert d
-                assert offload.omp_target_memcpy(d, a, n, 0, 0, 0, init) == 0
-                out = np.empty_like(a)
-                assert offload.omp_target_memcpy(out, d, n, 0, 0, init, 0) == 0
-                assert np.array_equal(a, out)
-                offload.omp_target_free(d, 0)
-        except Exception as exc:          # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(1000):
+            n = int(rng.integers(1, 4096))
+            a = rng.integers(0, 255, n, dtype=np.uint8)
+            d = offload.omp_target_alloc(n, 0)
+            assert d
+            assert offload.omp_target_memcpy(d, a, n, 0, 0, 0, init) == 0
+            out = np.empty_like(a)
+            assert offload.omp_target_memcpy(out, d, n, 0, 0, init, 0) == 0
+            assert np.array_equal(a, out)
+            offload.omp_target_free(d, 0)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert errors == []
+    run_threads(work, [(i,) for i in range(8)])
     assert offload.testing.state()["devices"][0]["allocations"] == 0
 
 

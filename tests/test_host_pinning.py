@@ -2,18 +2,19 @@
 import gc
 import os
 import random
-import threading
 import weakref
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import offload
 from offload import ErrorCode, OffloadError
 from offload.pinned import Kind
 from offload.plugins.host import PAGE
+from tests.harness import run_threads
 
 from .conftest import page_aligned, vmlck_kb
 
@@ -425,11 +426,7 @@ def test_stress_16_threads(rt):
         for dev, p in held:
             dev.unlock(p)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(work, [(i,) for i in range(16)])
     assert unexpected == []
     assert len(dev0.plugin.pinned) == 0
     assert vmlck_kb() == base

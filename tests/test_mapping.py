@@ -3,11 +3,13 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import offload
 from offload import ErrorCode, MapType, OffloadError
+from tests.harness import run_threads
 
 from .conftest import page_aligned, vmlck_kb
 
@@ -287,21 +289,13 @@ def test_devices_records(rt):
 
 def test_concurrent_regions_share_one_mapping(rt, add_one):
     a = np.zeros(1000, np.int32)
-    errors = []
     with offload.target_data(offload.tofrom(a), device=0):
         def work():
-            try:
-                for _ in range(200):
-                    offload.target(add_one.add_one, a, 0, 1, map=[offload.tofrom(a)], device=0)
-            except Exception as exc:      # pragma: no cover
-                errors.append(exc)
-        ts = [threading.Thread(target=work) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+            for _ in range(200):
+                offload.target(add_one.add_one, a, 0, 1, map=[offload.tofrom(a)], device=0)
+        run_threads(work, [()] * 4)
         assert table().lookup(a.ctypes.data, a.nbytes).dyn == 1
-    assert errors == [] and len(table()) == 0
+    assert len(table()) == 0
 
 
 # ---- prelocked reuse (the seed feature) ------------------------------------------------
@@ -509,19 +503,11 @@ def test_waiter_on_a_failing_new_entry_starts_over(rt, monkeypatch):
 
 def test_many_threads_map_one_array(rt, add_one):
     a = np.zeros(4096, np.int32)
-    errors = []
 
     def work():
-        try:
-            for _ in range(300):
-                offload.target_enter_data(offload.to(a), device=0)
-                offload.target_exit_data(offload.release(a), device=0)
-        except Exception as exc:          # pragma: no cover
-            errors.append(exc)
+        for _ in range(300):
+            offload.target_enter_data(offload.to(a), device=0)
+            offload.target_exit_data(offload.release(a), device=0)
 
-    ts = [threading.Thread(target=work) for _ in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert errors == [] and len(table()) == 0 and allocs() == 0
+    run_threads(work, [()] * 8)
+    assert len(table()) == 0 and allocs() == 0

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every check CI runs, in the project's venv: lint, types, layers, docs, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+"$py" -m ruff check offload
+"$py" -m mypy offload
+"$py" scripts/check_layers.py
+"$py" -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+"$py" -m pytest -q "$@"

@@ -1,0 +1,83 @@
+"""The package's face: public names, docstrings, version, documented variables, --help."""
+import inspect
+import os
+import subprocess
+import sys
+import types
+from importlib import metadata
+
+import pytest
+
+import offload
+from offload import config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_all_is_exactly_the_public_names():
+    public = {n for n in dir(offload) if not n.startswith("_")
+              and not isinstance(getattr(offload, n), types.ModuleType)}
+    assert set(offload.__all__) == public
+    assert len(offload.__all__) == len(set(offload.__all__))
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    missing = []
+    for name in offload.__all__:
+        obj = getattr(offload, name)
+        if not (callable(obj) or inspect.isclass(obj)):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            missing += [f"{name}.{m}" for m, v in vars(obj).items()
+                        if not m.startswith("_") and callable(v) and not (v.__doc__ or "").strip()]
+    assert missing == []
+
+
+def test_version_comes_from_the_package_metadata():
+    assert offload.__version__ == metadata.version("offload")
+
+
+def test_every_variable_is_documented():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    env_doc = open(os.path.join(ROOT, "docs", "environment.md")).read()
+    for name in config.VARIABLES:
+        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in env_doc, name
+    for bit in config.Info:
+        assert f"`{bit.name}`" in env_doc, bit.name
+
+
+def test_readme_tables_render():
+    """A '|' inside a table cell must be escaped, or the row grows columns."""
+    for line in open(os.path.join(ROOT, "README.md")):
+        if line.startswith("| `") and line.count("|") - line.count("\\|") > 0:
+            cells = line.replace("\\|", "").strip().strip("|").split("|")
+            assert len(cells) in (2, 4), line
+
+
+def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check_layers.py")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import check_layers
+    finally:
+        sys.path.pop(0)
+    bad = tmp_path / "pinned.py"
+    bad.write_text("from .api import lock\n")
+    assert "api" in check_layers.imports(bad, "pinned")
+    assert check_layers.LAYERS["api"] > check_layers.LAYERS["pinned"]
+
+
+@pytest.mark.parametrize("cmd", [
+    ["-m", "offload.cli"], ["examples/prelock.py"], ["bench/lock.py"], ["bench/overhead.py"],
+    ["bench/transfers.py"], ["bench/staging.py"],
+])
+def test_every_command_has_help(cmd):
+    out = subprocess.run([sys.executable, *cmd, "--help"], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
