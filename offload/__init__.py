@@ -7,7 +7,7 @@ from . import api as _api
 from . import omp as _omp
 from . import testing  # noqa: F401 - offload.testing.state()
 from .api import *  # noqa: F403
-from .errors import ErrorCode, OffloadError
+from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Image, Kernel, compile_c, load_image
 from .mapping import MapType
 from .omp import *  # noqa: F403
@@ -19,4 +19,4 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
     __version__ = "0+unknown"
 
 __all__ = [*_api.__all__, *_omp.__all__, "ErrorCode", "Image", "Kernel", "MapType",
-           "OffloadError", "compile_c", "load_image", "target"]
+           "OffloadError", "OffloadWarning", "compile_c", "load_image", "target"]

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arrays import as_array, span
+from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .mapping import MapClause, MapItem, MapType, map_items
 from .runtime import Handle
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
@@ -120,26 +120,36 @@ class target_data:
         self._dev: Device | None = None
 
     def __enter__(self) -> target_data:
-        self._dev = _current().device(self._device)
+        self._dev = _current().construct_device(self._device)
         if self._dev is not None:
-            items = map_items(self._maps, MapType.TO | MapType.FROM)
+            items = map_items(self._maps, MapType.TO | MapType.FROM, "target_data")
             self._dev.table.target_data_begin(items)
             self._items = items
+            self._dev.table.dump_if_asked()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._dev is not None and self._items:
             items, self._items = self._items, []
+            for it in items:            # clang drops `present` from the end of a data region
+                it.type &= ~MapType.PRESENT
             self._dev.table.target_data_end(items, copy_back=exc_type is None)
+            self._dev.table.dump_if_asked()
 
 
 def _construct(fn: Any, items: list[MapItem], dev: Device | None,
                nowait: bool) -> Handle | None:
     if dev is None:
         return None
+    table = dev.table
+
+    def run(items: list[MapItem]) -> None:
+        fn(items)
+        table.dump_if_asked()
+
     if nowait:
-        return _current().nowait.spawn(fn, items)
-    fn(items)
+        return _current().nowait.spawn(run, items)
+    run(items)
     return None
 
 
@@ -160,8 +170,8 @@ def target_enter_data(*maps: Any, device: int | None = None,
             `present` clause whose data is absent; OUT_OF_RESOURCES when the device is
             full. Every clause already applied is undone first.
     """
-    dev = _current().device(device)
-    items = map_items(maps, MapType.TO)
+    dev = _current().construct_device(device)
+    items = map_items(maps, MapType.TO, "target_enter_data")
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait)
 
 
@@ -181,8 +191,8 @@ def target_exit_data(*maps: Any, device: int | None = None,
     Raises:
         OffloadError: INVALID_ARGUMENT for a `present` clause whose data is absent.
     """
-    dev = _current().device(device)
-    items = map_items(maps, MapType.FROM)
+    dev = _current().construct_device(device)
+    items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
         it.type &= ~MapType.TO
     return _construct(dev.table.target_data_end if dev else None, items, dev, nowait)
@@ -205,10 +215,11 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         OffloadError: INVALID_ARGUMENT for absent data with `present=True` (absent
             data is otherwise skipped), or a read-only array in `from_`.
     """
-    dev = _current().device(device)
+    dev = _current().construct_device(device)
     items = []
-    for seq, motion in ((to, MapType.TO), (from_, MapType.FROM)):
-        for it in map_items(seq, motion):
+    for seq, motion, what in ((to, MapType.TO, "target_update: to"),
+                              (from_, MapType.FROM, "target_update: from_")):
+        for it in map_items(seq, motion, what):
             it.type = (it.type & MapType.PRESENT) | motion
             items.append(it)
     return _construct(dev.table.target_data_update if dev else None, items, dev, nowait)

@@ -35,6 +35,11 @@ def as_array(a: Any, what: str) -> np.ndarray:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"{what}: expected a numpy array or buffer, got "
                                f"{type(a).__name__}") from None
+    if arr.dtype.hasobject:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: cannot map an array of dtype {arr.dtype} (it holds Python "
+                           f"objects, whose pointers mean nothing on a device); use a numeric "
+                           f"or plain structured dtype")
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"{what}: cannot map a non-contiguous array (shape {arr.shape}, "

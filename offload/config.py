@@ -104,7 +104,7 @@ def read() -> Config:
     return Config(
         target_offload=_enum("OMP_TARGET_OFFLOAD", TargetOffload, TargetOffload.DEFAULT),
         default_device=_int("OMP_DEFAULT_DEVICE", 0),
-        info=Info(_int("LIBOMPTARGET_INFO", 0) & 0x7F),
+        info=Info(_int("LIBOMPTARGET_INFO", 0, minimum=-(2**31)) & 0x7F),  # -1: every bit
         lock_mapped=_enum("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", LockMapped, LockMapped.OFF),
         plugins=tuple(p.strip() for p in plugins.split(",") if p.strip()) if plugins else None,
         host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1),

@@ -25,6 +25,7 @@ class Device:
         self.generic = plugin.device(local_id)
         # per image, the binary this device runs; weak, so a dead image's id is not reused
         self._binaries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._fallbacks: weakref.WeakSet = weakref.WeakSet()      # images reported once
 
     def __repr__(self) -> str:
         return f"<Device {self.number}: {self.plugin.name} #{self.local_id}>"
@@ -96,6 +97,13 @@ class Device:
                                f"no binary for device {self.number} ({self.plugin.name}) in the "
                                f"image of kernel '{kernel.name}' (it holds: {kinds})")
         return b
+
+    def note_fallback(self, image: Any) -> bool:
+        """True the first time `image` falls back to the host from this device."""
+        if image in self._fallbacks:
+            return False
+        self._fallbacks.add(image)
+        return True
 
     def launch(self, kernel: Kernel, args: Sequence[Any], teams: int | None = None,
                threads: int | None = None, queue: Any = None) -> None:

@@ -30,3 +30,8 @@ class OffloadError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code.name}]"
+
+
+class OffloadWarning(UserWarning):
+    """Something ran, but not as asked: a kernel with no binary for its device ran on
+    the host instead (OMP_TARGET_OFFLOAD=default)."""

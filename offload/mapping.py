@@ -1,90 +1,38 @@
-"""Map clauses and the per-device mapping table (libomptarget's HostDataToTarget).
+"""The per-device mapping table (libomptarget's HostDataToTarget map) and the three
+data operations, target_data_begin / target_data_end / target_data_update, with
+LLVM's rules (docs/semantics.md, "Mapping"; LLVM's offload/test/mapping).
 
-target_data_begin / target_data_end / target_data_update follow LLVM's rules
-(SEMANTICS.md §2). Begin is all or nothing.
+Begin is all or nothing. Within one construct (all the clauses of one call), the
+clauses naming one array act as LLVM's do: the entry is created once, `to` copies
+when this construct created it, `from` runs when this construct drops the last
+reference whatever the clause order, and each copy happens once.
 """
 from __future__ import annotations
 
 import bisect
-import enum
 import math
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .arrays import as_array, span
+from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info
+from .diagnostics import caller, error, explicit_extension, present_missing, say
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, GenericPlugin
 
+__all__ = ["INF", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
+           "map_items"]
+
 INF = math.inf
-
-
-class MapType(enum.IntFlag):
-    """LLVM's tgt_map_type bit values."""
-
-    NONE = 0
-    TO = 0x1
-    FROM = 0x2
-    ALWAYS = 0x4
-    DELETE = 0x8
-    PTR_AND_OBJ = 0x10
-    TARGET_PARAM = 0x20
-    RETURN_PARAM = 0x40
-    PRIVATE = 0x80
-    LITERAL = 0x100
-    IMPLICIT = 0x200
-    CLOSE = 0x400
-    PRESENT = 0x1000
-    OMPX_HOLD = 0x2000
-
-
-@dataclass
-class MapItem:
-    """One map clause, reduced to addresses at the API edge."""
-
-    host: int
-    size: int
-    type: MapType
-    owner: Any = None
-    name: str | None = None
-    read_only: bool = False
-
-
-class MapClause:
-    """A map clause over a numpy array (or any contiguous buffer); made by `to`,
-    `from_`, `tofrom`, `alloc`, `release` and `delete`."""
-
-    __slots__ = ("array", "type", "name")
-
-    def __init__(self, array: Any, type: MapType, name: str | None = None):
-        self.array = array
-        self.type = type
-        self.name = name
-
-    def item(self) -> MapItem:
-        """The clause as addresses: (host address, size, map type, owner, ...)."""
-        arr = as_array(self.array, "map")
-        p, n = span(arr)
-        return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
-
-    def __repr__(self) -> str:
-        return f"MapClause({self.type!r}, {self.name or type(self.array).__name__})"
-
-
-def map_items(maps: Any, default: MapType) -> list[MapItem]:
-    """MapItems from clauses, or from bare arrays mapped with `default`."""
-    return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()
-            for m in maps]
 
 
 class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready", "failed")
+                 "pinned", "owned", "ready", "failed", "where")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
@@ -99,6 +47,7 @@ class HostDataToTarget:
         self.owned = owned
         self.ready: threading.Lock | None = None    # held until allocated and filled
         self.failed = False
+        self.where = "unknown:0:0"                  # where it was mapped (table dumps)
 
     @property
     def size(self) -> int:
@@ -115,12 +64,27 @@ class HostDataToTarget:
 # plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
 _TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
 _IMPLICIT, _PRESENT, _HOLD = 0x200, 0x1000, 0x2000
-_I_EXISTS, _I_CHANGED, _I_TRANSFER = int(Info.MAPPING_EXISTS), int(Info.MAPPING_CHANGED), \
-    int(Info.DATA_TRANSFER)
+_I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
+                                               int(Info.MAPPING_CHANGED),
+                                               int(Info.DATA_TRANSFER))
 
 
 def _count(v: float) -> str:
     return "INF" if v == INF else str(int(v))
+
+
+class _Construct:
+    """What one construct has done so far: the entries it created, the copies it made,
+    the `from` copies it put off until it drops the last reference."""
+
+    __slots__ = ("created", "copied_to", "copied_from", "deferred", "dying")
+
+    def __init__(self) -> None:
+        self.created: set[int] = set()                    # id() of entries made here
+        self.copied_to: set[tuple[int, int]] = set()
+        self.copied_from: set[tuple[int, int]] = set()
+        self.deferred: dict[int, list[MapItem]] = {}      # id(entry) -> `from` items
+        self.dying: list[HostDataToTarget] = []           # last reference dropped here
 
 
 class MappingTable:
@@ -138,7 +102,7 @@ class MappingTable:
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
-        print(f"omptarget device {self.number} info: {msg}", file=sys.stderr)
+        say(self.number, msg)
 
     def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
@@ -187,29 +151,35 @@ class MappingTable:
         with self._lock:
             return list(self._entries)
 
-    def dump(self) -> str:
-        lines = [f"omptarget device {self.number} info: OpenMP Host-Device pointer mappings "
-                 f"after block", "omptarget device info: Host Ptr           Target Ptr         "
-                 "Size (B) DynRefCount HoldRefCount Declaration"]
+    def dump(self, where: str | None = None) -> str:
+        """The table as LLVM's dumpTargetPointerMappings prints it (every line prefixed
+        `omptarget device N info:`)."""
+        head = f"omptarget device {self.number} info: "
+        lines = [f"{head}OpenMP Host-Device pointer mappings after block at "
+                 f"{where or caller()}:",
+                 f"{head}{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount "
+                 f"HoldRefCount Declaration"]
         for e in self.entries():
-            lines.append(f"omptarget device info: 0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} "
-                         f"{e.size:<8} {_count(e.dyn):<11} {_count(e.hold):<12} "
-                         f"{e.name or 'unknown'}")
+            lines.append(f"{head}0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} {e.size:<8} "
+                         f"{_count(e.dyn):<11} {_count(e.hold):<12} "
+                         f"{e.name or 'unknown'} at {e.where}")
         return "\n".join(lines)
+
+    def dump_if_asked(self) -> None:
+        """Print the table when LIBOMPTARGET_INFO has DUMP_TABLE (after each construct)."""
+        if self.info & _I_DUMP:
+            print(self.dump(caller()), file=sys.stderr)
 
     # ---- begin ------------------------------------------------------------
     def target_data_begin(self, items: Sequence[MapItem], queue: Any = None) -> list[int]:
         """Map every item (all or nothing); return each item's device address."""
-        for it in items:
-            if it.read_only and int(it.type) & _FROM:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"cannot map read-only memory '{it.name}' at 0x{it.host:x} "
-                                   f"from the device (map type {it.type!r})")
+        self._check_begin(items)
+        c = _Construct()
         done: list[tuple[MapItem, HostDataToTarget]] = []
         out = []
         try:
             for it in items:
-                tgt, e = self._begin_one(it, queue)
+                tgt, e = self._begin_one(it, queue, c)
                 out.append(tgt)
                 if e is not None:
                     done.append((it, e))
@@ -219,7 +189,32 @@ class MappingTable:
             raise
         return out
 
-    def _begin_one(self, it: MapItem, queue: Any) -> tuple[int, HostDataToTarget | None]:
+    def _check_begin(self, items: Sequence[MapItem]) -> None:
+        """What can be refused before anything is mapped: `from` into read-only memory,
+        and `present` clauses, judged against the table as the construct found it."""
+        for it in items:
+            if it.read_only and int(it.type) & _FROM:
+                raise error([f"cannot map read-only memory at 0x{it.host:x} ({it.size} bytes) "
+                             f"from the device"], it,
+                            "map it `to` or `alloc`, or pass a writeable array")
+        with self._lock:
+            for it in items:
+                t = int(it.type)
+                if not t & _PRESENT:
+                    continue
+                e, inside = self._find(it.host, it.size)
+                if e is not None and inside:
+                    continue
+                sentences = []
+                if e is not None and not t & _IMPLICIT:
+                    sentences.append(explicit_extension(it.host, it.size, e.hst_begin,
+                                                        e.size))
+                sentences.append(present_missing(it.host, it.size))
+                raise error(sentences, it, "map it first (target_enter_data or an enclosing "
+                                           "target_data), or drop present=True")
+
+    def _begin_one(self, it: MapItem, queue: Any,
+                   c: _Construct) -> tuple[int, HostDataToTarget | None]:
         """Map one item. A new entry is inserted before its allocation and first copy
         (which run outside the table lock); others that find it wait until it is ready."""
         p, n, t = it.host, it.size, int(it.type)
@@ -234,16 +229,11 @@ class MappingTable:
                         e.dyn += 1
                     new = False
                 elif e is not None:
-                    raise OffloadError(
-                        ErrorCode.INVALID_ARGUMENT,
-                        f"explicit extension not allowed: host address specified is 0x{p:x} "
-                        f"({n} bytes), but device allocation maps to host at "
-                        f"0x{e.hst_begin:x} ({e.size} bytes)")
-                elif t & _PRESENT:
-                    raise OffloadError(
-                        ErrorCode.INVALID_ARGUMENT,
-                        f"device mapping required by 'present' map type modifier does not "
-                        f"exist for host address 0x{p:x} ({n} bytes)")
+                    raise error([explicit_extension(p, n, e.hst_begin, e.size)], it,
+                                "map the whole array first, or a section inside the mapped "
+                                "one")
+                elif t & _PRESENT:           # unmapped by another thread since the check
+                    raise error([present_missing(p, n)], it, "map it first")
                 elif n == 0:
                     return 0, None
                 else:
@@ -257,9 +247,11 @@ class MappingTable:
                     self._insert(e)
                     new = True
             if new:
-                return self._make(e, it, queue), e
-            if e.ready is not None and e.ready.locked():
-                with e.ready:           # wait for its first copy
+                c.created.add(id(e))
+                return self._make(e, it, queue, c), e
+            ready = e.ready
+            if ready is not None and ready.locked():
+                with ready:           # wait for its first copy
                     pass
                 if e.failed:            # the entry we counted on never came to be
                     continue
@@ -269,17 +261,23 @@ class MappingTable:
                           f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
                           f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
                           f"Name={it.name or 'unknown'}")
-            if t & _TO and t & _ALWAYS and n > 0:
+            # LLVM: copy when the entry is new *for this region* (an earlier clause of the
+            # construct made it), or always
+            if t & _TO and n > 0 and (t & _ALWAYS or
+                                      (id(e) in c.created and (p, n) not in c.copied_to)):
+                c.copied_to.add((p, n))
                 self._copy_to(p, tgt, n, it.name, queue)
             return tgt, e
 
-    def _make(self, e: HostDataToTarget, it: MapItem, queue: Any) -> int:
+    def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct) -> int:
         """Allocate, pin-reference and fill a new entry; on failure remove it."""
         p, n = it.host, it.size
         ready = e.ready
         assert ready is not None
         try:
             e.tgt_begin = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
+            if self.info:
+                e.where = caller()
             if self.info & _I_CHANGED:
                 self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
                           f"TgtAllocBegin=0x{e.tgt_begin:x}, TgtPtrBegin=0x{e.tgt_begin:x}, "
@@ -288,6 +286,7 @@ class MappingTable:
             e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
                                                       it.read_only) is not None
             if int(it.type) & _TO:
+                c.copied_to.add((p, n))
                 self._copy_to(p, e.tgt_begin, n, it.name, queue)
         except BaseException:
             with self._lock:
@@ -338,20 +337,45 @@ class MappingTable:
     # ---- end --------------------------------------------------------------
     def target_data_end(self, items: Sequence[MapItem], queue: Any = None,
                         copy_back: bool = True) -> None:
-        """Unmap every item (in reverse order); copy back per LLVM's rules."""
-        gone: list[HostDataToTarget] = []
-        error: OffloadError | None = None
+        """Unmap every item, last clause first. `from` copies back when this construct
+        drops the last reference (whatever the clause order) or with `always`, once per
+        range; the entries go after their copies have finished."""
+        for it in items:
+            if copy_back and it.read_only and int(it.type) & _FROM:
+                raise error([f"cannot copy device data back into read-only memory at "
+                             f"0x{it.host:x} ({it.size} bytes)"], it,
+                            "unmap it with release(a) or delete(a), or pass a writeable array")
+        c = _Construct()
+        error_: OffloadError | None = None
         for it in reversed(items):
-            p, n, t = it.host, it.size, int(it.type)
-            with self._lock:
+            try:
+                self._end_one(it, queue, c, copy_back)
+            except OffloadError as exc:      # keep unmapping the others; raise the first
+                error_ = error_ or exc
+        if c.dying:
+            if queue is not None:
+                self.plugin.synchronize(self.device, queue)
+            for e in c.dying:
+                if self.info & _I_CHANGED:
+                    self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
+                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, "
+                              f"Name={e.name or 'unknown'}")
+                self._release(e)
+        if error_ is not None:
+            raise error_
+
+    def _end_one(self, it: MapItem, queue: Any, c: _Construct, copy_back: bool) -> None:
+        p, n, t = it.host, it.size, int(it.type)
+        with self._lock:
+            e = next((d for d in c.dying if d.hst_begin <= p and p + n <= d.hst_end), None)
+            released_before = e is not None
+            if e is None:
                 e, inside = self._find(p, n)
                 if e is None or not (inside or t & _IMPLICIT):
-                    if t & _PRESENT and error is None:
-                        error = OffloadError(
-                            ErrorCode.INVALID_ARGUMENT,
-                            f"device mapping required by 'present' map type modifier does not "
-                            f"exist for host address 0x{p:x} ({n} bytes)")
-                    continue
+                    if t & _PRESENT:
+                        raise error([present_missing(p, n)], it,
+                                    "it was never mapped, or was unmapped already")
+                    return
                 if t & _DELETE:
                     if e.dyn != INF:
                         e.dyn = 0
@@ -362,45 +386,46 @@ class MappingTable:
                 last = e.total() == 0
                 if last:
                     self._remove(e)
-                    gone.append(e)
-                    if self.info & _I_CHANGED:
-                        self._say(
-                            f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
-                            f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, "
-                            f"Name={e.name or 'unknown'}")
-                else:
-                    if self.info & _I_EXISTS:
-                        self._say(
-                            f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
-                            f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
-                            f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                            f"Name={it.name or 'unknown'}")
-            if copy_back and t & _FROM and (t & _ALWAYS or last) and n > 0:
-                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
-        if gone:
-            if queue is not None:
-                self.plugin.synchronize(self.device, queue)
-            for e in gone:
-                self._release(e)
-        if error is not None:
-            raise error
+                    c.dying.append(e)
+                elif self.info & _I_EXISTS:
+                    self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
+                              f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
+                              f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                              f"Name={it.name or 'unknown'}")
+            else:
+                last = False
+        if not copy_back:
+            return
+        todo: list[MapItem] = []
+        if t & _FROM and n > 0:
+            if t & _ALWAYS or last or released_before:
+                todo.append(it)
+            else:                          # honoured if this construct drops the last one
+                c.deferred.setdefault(id(e), []).append(it)
+        if last:
+            todo += c.deferred.pop(id(e), [])
+        for d in todo:
+            key = (d.host, d.size)
+            if key in c.copied_from:
+                continue
+            c.copied_from.add(key)
+            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, d.name, queue)
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None) -> None:
         """Copy present items TO and/or FROM the device; absent ones are skipped."""
         for it in items:
+            if it.read_only and int(it.type) & _FROM:
+                raise error([f"cannot update read-only memory at 0x{it.host:x} "
+                             f"({it.size} bytes) from the device"], it,
+                            "pass a writeable array")
+        for it in items:
             p, n, t = it.host, it.size, int(it.type)
-            if it.read_only and t & _FROM:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"cannot update read-only memory '{it.name}' at 0x{p:x} "
-                                   f"from the device")
             e = self.lookup(p, n) if n > 0 else None
             if e is None:
                 if t & _PRESENT:
-                    raise OffloadError(
-                        ErrorCode.INVALID_ARGUMENT,
-                        f"device mapping required by 'present' motion modifier does not exist "
-                        f"for host address 0x{p:x} ({n} bytes)")
+                    raise error([present_missing(p, n, motion=True)], it,
+                                "map it first, or drop present=True")
                 continue
             tgt = e.tgt_begin + (p - e.hst_begin)
             if t & _TO:
@@ -413,28 +438,28 @@ class MappingTable:
         with self._lock:
             e, inside = self._find(p, n)
             if e is not None:
-                if inside and e.tgt_begin + (p - e.hst_begin) == tgt:
-                    return
+                if e.hst_begin == p and e.hst_end == p + n and e.tgt_begin == tgt:
+                    return                      # the same association again: a no-op
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"host address 0x{p:x} ({n} bytes) is already mapped to "
-                                   f"0x{e.tgt_begin + p - e.hst_begin:x}")
+                                   f"Not allowed to re-associate pointer 0x{p:x} ({n} bytes): "
+                                   f"it is mapped to 0x{e.tgt_begin + p - e.hst_begin:x}")
             e = HostDataToTarget(p, n, tgt, "associated", None, owned=False)
             e.dyn = INF
             self._insert(e)
 
     def disassociate(self, p: int) -> None:
         with self._lock:
-            e, _ = self._find(p, 0)
-            if e is None or e.hst_begin != p:
-                raise OffloadError(ErrorCode.NOT_FOUND,
-                                   f"association not found for host address 0x{p:x}")
-            if e.dyn != INF or e.owned:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"trying to disassociate 0x{p:x}, which was not mapped via "
-                                   f"omp_target_associate_ptr")
+            e = self._by_start.get(p)
+            if e is None:
+                raise OffloadError(ErrorCode.NOT_FOUND, "Association not found")
             if e.hold:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"trying to disassociate 0x{p:x}, which has a hold reference")
+                                   "Trying to disassociate a pointer with a non-zero hold "
+                                   "reference count")
+            if e.dyn != INF or e.owned:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   "Trying to disassociate a pointer which was not mapped via "
+                                   "omp_target_associate_ptr")
             self._remove(e)
 
     def clear(self) -> None:

@@ -57,15 +57,23 @@ def omp_get_initial_device() -> int:
 
 
 def omp_get_default_device() -> int:
-    """The default device; the initial device's number when the default is not a device."""
-    rt = _current()
-    n = rt.default_device
-    return n if 0 <= n < rt.num_devices() else rt.num_devices()
+    """The calling thread's default device, as set (libomp returns the ICV unchecked)."""
+    return _current().default_device
 
 
 def omp_set_default_device(n: int) -> None:
-    """Set the default device for constructs without `device=`."""
-    _current().default_device = int(n)
+    """Set the calling thread's default device for constructs without `device=`.
+
+    As in libomp the number is not checked here: a construct that then uses a number
+    that is neither a device nor the initial device raises INVALID_VALUE (LLVM aborts).
+    With no offload device at all, constructs run on the initial device."""
+    try:
+        value = int(n)
+    except (TypeError, ValueError):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"omp_set_default_device: expected a device number, got "
+                           f"{type(n).__name__} {n!r}") from None
+    _current().default_device = value
 
 
 def omp_is_initial_device() -> int:

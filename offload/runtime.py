@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import config as _config
-from .config import Config
+from .config import Config, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .plugin_manager import PluginManager
@@ -105,9 +105,19 @@ class Runtime:
     def __init__(self, config: Config):
         self.config = config
         self.manager = PluginManager(config)
-        self.default_device = config.default_device
+        self._icv = threading.local()         # default-device-var, per thread as in libomp
         self.nowait = NowaitPool()
         self.is_shut = False
+
+    @property
+    def default_device(self) -> int:
+        """The calling thread's default device (OpenMP's default-device-var): what
+        omp_set_default_device set on this thread, else OMP_DEFAULT_DEVICE (0)."""
+        return getattr(self._icv, "device", self.config.default_device)
+
+    @default_device.setter
+    def default_device(self, n: int) -> None:
+        self._icv.device = n
 
     def num_devices(self) -> int:
         """Offload devices; the initial device's number is this value."""
@@ -116,13 +126,14 @@ class Runtime:
     def device(self, n: Any) -> Device | None:
         """The Device for a device number; None for the initial device (the host).
 
-        None picks the default device (the initial device when that is out of range).
-        A number that is neither a device nor the initial device raises INVALID_VALUE."""
+        None picks the default device; with no device at all, that is the initial device
+        (LLVM's host fallback). A number that is neither a device nor the initial device
+        raises INVALID_VALUE, as LLVM aborts."""
         m = self.manager
         count = m.num_devices()
         if n is None:
             n = self.default_device
-            if not 0 <= n < count:
+            if count == 0:
                 return None
         if isinstance(n, np.integer):
             n = int(n)
@@ -133,6 +144,19 @@ class Runtime:
                                f"device number '{n}' out of range, only {count} devices "
                                f"available")
         return m.get_device(n)
+
+    def construct_device(self, n: Any) -> Device | None:
+        """The device of a construct (target, target_data, enter/exit data, update).
+
+        As `device`, except that with OMP_TARGET_OFFLOAD=mandatory and no device at all
+        every construct fails, the initial device included (LLVM's
+        offloading/mandatory_but_no_devices)."""
+        if self.config.target_offload is TargetOffload.MANDATORY and self.num_devices() == 0:
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               "failure of target construct while offloading is mandatory\n"
+                               "  (OMP_TARGET_OFFLOAD=mandatory and no offload device is "
+                               "available; offload-info says why)")
+        return self.device(n)
 
     def shutdown(self) -> None:
         """Finish nowait work, then tear every plugin down (SEMANTICS.md §3)."""

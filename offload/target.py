@@ -2,21 +2,24 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .arrays import span
+from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info, TargetOffload
 from .device import Device
-from .errors import ErrorCode, OffloadError
-from .image import Kernel
-from .mapping import MapClause, MapItem, MappingTable, MapType, map_items
+from .errors import ErrorCode, OffloadError, OffloadWarning
+from .image import Binary, Kernel
+from .mapping import MappingTable
+from .plugins.common import GenericPlugin
 from .runtime import Handle
 from .runtime import current as _current
 
-_I_KERNEL, _I_DUMP = int(Info.PLUGIN_KERNEL), int(Info.DUMP_TABLE)   # plain ints: fast tests
+_I_KERNEL = int(Info.PLUGIN_KERNEL)                # a plain int: fast tests
 
 
 def overlaps(p: int, n: int, q: int, m: int) -> bool:
@@ -59,23 +62,43 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"target: expected a kernel (image.name), got {type(kernel).__name__}")
     rt = _current()
-    dev = rt.device(device)
+    dev = rt.construct_device(device)
+    if dev is not None and dev.binary_for(kernel) is None:
+        if rt.config.target_offload is TargetOffload.MANDATORY:
+            dev.check_binary(kernel)              # raises, naming what the image holds
+        _report_fallback(kernel, dev)
+        dev = None
+    if dev is None:
+        plugin = rt.manager.initial_plugin()
+        binary = host_binary(kernel, plugin)
+        plugin.check_launch(0, binary, kernel.name, args)
+        if nowait:
+            return rt.nowait.spawn(run_on_host, kernel, args, teams, threads)
+        run_on_host(kernel, args, teams, threads)
+        return None
+    dev.plugin.check_launch(dev.local_id, dev.check_binary(kernel), kernel.name, args)
     if nowait:
         return rt.nowait.spawn(_target, kernel, args, map, dev, teams, threads)
     _target(kernel, args, map, dev, teams, threads)
     return None
 
 
-def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Device | None,
-            teams: int | None, threads: int | None) -> None:
-    if dev is not None and dev.binary_for(kernel) is None:
-        if _current().config.target_offload is TargetOffload.MANDATORY:
-            dev.check_binary(kernel)
-        dev = None
-    if dev is None:
-        run_on_host(kernel, args, teams, threads)
+def _report_fallback(kernel: Kernel, dev: Device) -> None:
+    """Say once per image and device that a kernel runs on the host instead."""
+    if not dev.note_fallback(kernel.image):
         return
-    items = map_items(maps, MapType.TO | MapType.FROM)
+    kinds = ", ".join(b.describe() for b in kernel.image.binaries)
+    msg = (f"kernel '{kernel.name}' has no binary for device {dev.number} ({dev.plugin.name}); "
+           f"running it on the host (the image holds: {kinds}). Set "
+           f"OMP_TARGET_OFFLOAD=mandatory to make this an error")
+    warnings.warn(msg, OffloadWarning, stacklevel=3)
+    if dev.table.info:
+        print(f"omptarget device {dev.number} info: {msg}", file=sys.stderr)
+
+
+def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
+            teams: int | None, threads: int | None) -> None:
+    items = map_items(maps, MapType.TO | MapType.FROM, "target: map")
     table = dev.table
     spans: list[tuple[int, int] | None] = []
     for a in args:
@@ -91,7 +114,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Devic
     with dev.queue() as queue:
         table.target_data_begin(items, queue)
         try:
-            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans, strict=False)]
+            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans, strict=True)]
             if table.info & _I_KERNEL:
                 print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
                       f"with {teams or 1} blocks and {threads or 'default'} threads, "
@@ -101,8 +124,7 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Devic
             table.target_data_end(items, queue, copy_back=False)
             raise
         table.target_data_end(items, queue)
-    if table.info & _I_DUMP:
-        print(table.dump(), file=sys.stderr)
+    table.dump_if_asked()
 
 
 def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
@@ -125,15 +147,21 @@ def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
     return a
 
 
-def run_on_host(kernel: Kernel, args: Sequence[Any], teams: int | None,
-                threads: int | None) -> None:
-    """Run `kernel`'s host binary on the initial device (host fallback)."""
-    plugin = _current().manager.initial_plugin()
+def host_binary(kernel: Kernel, plugin: GenericPlugin) -> Binary:
+    """The binary of `kernel`'s image the host runs (INVALID_BINARY when none)."""
     binary = next((b for b in kernel.image.binaries if plugin.is_valid_binary(b)), None)
     if binary is None:
         raise OffloadError(ErrorCode.INVALID_BINARY,
                            f"kernel '{kernel.name}' has no host binary to run on the initial "
                            f"device; combine a compile_c image into it with Image.combine")
+    return binary
+
+
+def run_on_host(kernel: Kernel, args: Sequence[Any], teams: int | None,
+                threads: int | None) -> None:
+    """Run `kernel`'s host binary on the initial device (host fallback)."""
+    plugin = _current().manager.initial_plugin()
+    binary = host_binary(kernel, plugin)
     conv = [span(a)[0] if isinstance(a, np.ndarray)
             else a.item() if isinstance(a, np.generic) else a for a in args]
     plugin.launch_kernel(0, binary, kernel.name, conv, teams, threads)

@@ -45,7 +45,7 @@ from ._hsa_runtime import (
     ffi,
     uint,
 )
-from .args import pack_scalar
+from .args import Param, pack_scalar, params_from_prototype, scalar_kind
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = ffi
@@ -239,8 +239,12 @@ class AMDGPUDevice(GenericDevice):
                     values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE],
                     list(md.get(".args", [])))
         explicit = [a for a in k.args if not a[".value_kind"].startswith("hidden_")]
+        decl = binary.prototypes.get(name)
+        types = params_from_prototype(decl, name) if decl else None
         return GenericKernel(name, k, explicit,
-                             ", ".join(f"{a['.value_kind']}:{a['.size']}" for a in explicit))
+                             decl or ", ".join(f"{a['.value_kind']}:{a['.size']}"
+                                               for a in explicit),
+                             types or [metadata_param(a) for a in explicit])
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any) -> None:
@@ -312,6 +316,30 @@ class AMDGPUDevice(GenericDevice):
                 "processor": self.processor,
                 "target features": ", ".join(f"{k}={v}" for k, v in sorted(self.features.items()))
                 or "none", "compute units": cus[0]}
+
+
+def metadata_param(meta: dict) -> Param:
+    """A Param from a code object's kernarg metadata (.value_kind, .size, .type_name)."""
+    kind, size = meta.get(".value_kind", ""), int(meta.get(".size", 0))
+    type_name = str(meta.get(".type_name", "")).strip()
+    if kind in ("global_buffer", "dynamic_shared_pointer"):
+        if type_name.endswith("*"):
+            base = type_name[:-1].replace("__global", "").strip()
+            return Param(type_name, True, scalar_kind(base) if base != "void" else "void",
+                         _C_SIZES.get(base, 0))
+        return Param(type_name or kind, True, None)
+    if kind == "by_value":
+        if type_name in _C_SIZES:
+            return Param(type_name, False, scalar_kind(type_name), size)
+        return Param(type_name or f"{size}-byte value", False, None, size)
+    return Param(type_name or kind, False, None, size)
+
+
+_C_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2,
+            "int": 4, "unsigned int": 4, "long": 8, "unsigned long": 8, "long long": 8,
+            "unsigned long long": 8, "float": 4, "double": 8, "_Float16": 2, "bool": 1,
+            "_Bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
+            "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "size_t": 8}
 
 
 def _pack_arg(buf: bytearray, meta: dict, value: Any, kernel: str) -> None:

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..errors import ErrorCode, OffloadError
 
@@ -36,3 +40,147 @@ def pack_scalar(value: Any, size: int, what: str) -> bytes:
     except struct.error as exc:
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"{what}: {value!r} does not fit in {size} bytes ({exc})") from None
+
+
+# ---- parameter types -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter as far as argument checking needs it.
+
+    `pointer`: the parameter is an address. `kind`: for a pointer, what it points to,
+    for a scalar, what it is: 'i' signed integer, 'u' unsigned, 'f' floating point,
+    'b' bool, 'char' (either signedness), 'void' (anything), 'struct'; None when
+    unknown (not checked). `size`: bytes of the scalar or of the pointee (0: unknown).
+    """
+
+    decl: str
+    pointer: bool
+    kind: str | None = None
+    size: int = 0
+
+
+_FLOATS = {"float", "double", "long double", "_Float16", "__half", "half"}
+_UNSIGNED_NAMES = {"size_t", "uintptr_t", "wchar_t", "char16_t", "char32_t"}
+
+
+def scalar_kind(cname: str) -> str:
+    """'i', 'u', 'f', 'b' or 'char' for a C scalar type's name."""
+    name = cname.replace("const ", "").replace("volatile ", "").strip()
+    if name in _FLOATS:
+        return "f"
+    if name in ("_Bool", "bool"):
+        return "b"
+    if name == "char":
+        return "char"
+    if name.startswith(("unsigned", "uint")) or name in _UNSIGNED_NAMES:
+        return "u"
+    return "i"
+
+
+def params_from_ctype(ffi: Any, fn_type: Any) -> list[Param]:
+    """Params from a cffi function type (host kernels, and prototypes of GPU kernels)."""
+    out = []
+    for t in fn_type.args:
+        decl = t.cname
+        if t.kind == "pointer":
+            item = t.item
+            if item.kind == "void":
+                out.append(Param(decl, True, "void"))
+            elif item.kind == "primitive":
+                out.append(Param(decl, True, scalar_kind(item.cname), ffi.sizeof(item)))
+            elif item.kind == "struct":
+                out.append(Param(decl, True, "struct", ffi.sizeof(item)))
+            else:
+                out.append(Param(decl, True, None))
+        elif t.kind == "primitive":
+            out.append(Param(decl, False, scalar_kind(t.cname), ffi.sizeof(t)))
+        elif t.kind == "enum":
+            out.append(Param(decl, False, "i", ffi.sizeof(t)))
+        else:
+            out.append(Param(decl, False, None, ffi.sizeof(t) if t.kind == "struct" else 0))
+    return out
+
+
+def params_from_prototype(decl: str, name: str) -> list[Param] | None:
+    """Params of function `name` from a C declaration; None when cffi cannot parse it."""
+    import re
+
+    import cffi
+    typedef, count = re.subn(rf"\b{re.escape(name)}\s*\(", "(*offload_fn_t)(", decl, count=1)
+    if not count:
+        return None
+    ffi = cffi.FFI()
+    try:
+        ffi.cdef("typedef " + typedef.replace("extern ", ""))
+        return params_from_ctype(ffi, ffi.typeof("offload_fn_t"))
+    except Exception:              # noqa: BLE001 - CUDA-only types, templates: unchecked
+        return None
+
+
+def _dtype_fits(p: Param, dtype: np.dtype) -> bool:
+    kind, size = p.kind, p.size
+    if kind in (None, "void"):
+        return True
+    if kind == "struct":
+        return dtype.itemsize == size
+    if dtype.itemsize != size and size:
+        return False
+    if kind == "char":
+        return dtype.kind in "iub"
+    return dtype.kind == kind
+
+
+def _numpy_name(p: Param) -> str:
+    names = {("f", 2): "float16", ("f", 4): "float32", ("f", 8): "float64",
+             ("i", 1): "int8", ("i", 2): "int16", ("i", 4): "int32", ("i", 8): "int64",
+             ("u", 1): "uint8", ("u", 2): "uint16", ("u", 4): "uint32", ("u", 8): "uint64",
+             ("char", 1): "int8 or uint8", ("b", 1): "bool"}
+    found = names.get((p.kind or "", p.size))
+    if found:
+        return found
+    return f"a dtype of {p.size} bytes" if p.size else "any dtype"
+
+
+def check_arguments(kernel: str, params: Sequence[Param], args: Sequence[Any]) -> None:
+    """Refuse arguments that do not fit the kernel's parameters, before anything is
+    mapped: an array whose dtype is not the pointee type, an array or float for an
+    integer, a float for a pointer. An int for a pointer is a device address."""
+    if len(params) != len(args):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"kernel '{kernel}' takes {len(params)} argument(s) "
+                           f"({', '.join(p.decl for p in params)}), {len(args)} given")
+    for i, (p, a) in enumerate(zip(params, args, strict=True)):
+        where = f"kernel '{kernel}', parameter {i} ({p.decl})"
+        if isinstance(a, np.ndarray):
+            if not p.pointer:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected a scalar, got an array "
+                                   f"{a.dtype}[{', '.join(map(str, a.shape))}]")
+            if not _dtype_fits(p, a.dtype):
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected an array of {_numpy_name(p)}, got "
+                                   f"{a.dtype}[{', '.join(map(str, a.shape))}]; convert it "
+                                   f"(a.astype(...)) or fix the kernel's parameter type")
+        elif isinstance(a, (bool, np.bool_)):
+            if p.pointer:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected an array or a device address, got bool")
+        elif isinstance(a, (int, np.integer)):
+            pass                           # integers, device addresses, and ints for floats
+        elif isinstance(a, (float, np.floating)):
+            if p.pointer:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected an array or a device address (int), "
+                                   f"got float {a!r}")
+            if p.kind in ("i", "u", "b", "char"):
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected an integer, got float {a!r}")
+        elif isinstance(a, (bytes, bytearray)) and not p.pointer:
+            if p.size and len(a) != p.size:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{where}: expected {p.size} bytes, got {len(a)}")
+        else:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"{where}: cannot pass {type(a).__name__} "
+                               f"({'an array or a device address' if p.pointer else 'a number'}"
+                               f" expected)")

@@ -18,7 +18,7 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind, PinnedMap
 from ._libc import memmove
-from .args import check_kernel_args, pack_scalar
+from .args import Param, check_arguments, check_kernel_args, pack_scalar
 from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .staging import Staging
@@ -37,6 +37,8 @@ class GenericKernel:
     params: list = field(default_factory=list)
     #: the parameter list for messages, e.g. "int *a, long n"
     signature: str = ""
+    #: parameter types for checking arguments (None: only their number is checked)
+    types: list[Param] | None = None
 
 
 class GenericDevice:
@@ -405,6 +407,15 @@ class GenericPlugin(Generic[DeviceT]):
         k = dev.kernel(binary, name)
         check_kernel_args(name, len(k.params), len(args), k.signature)
         dev._launch_impl(k, args, teams, threads, queue)
+
+    def check_launch(self, d: int, binary: Binary, name: str, args: Sequence[Any]) -> None:
+        """Refuse `args` (arrays and scalars, before mapping) that do not fit kernel
+        `name`'s parameters (loads the binary)."""
+        k = self.device(d).kernel(binary, name)
+        if k.types is not None and len(k.types) == len(k.params):
+            check_arguments(name, k.types, args)
+        else:
+            check_kernel_args(name, len(k.params), len(args), k.signature)
 
     def synchronize(self, d: int, queue: Any) -> None:
         self.device(d)._sync_impl(queue)

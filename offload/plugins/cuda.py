@@ -31,7 +31,7 @@ from ._cuda_driver import (
     ffi,
 )
 from ._cuda_driver import ptr as _ptr
-from .args import pack_scalar
+from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = ffi
@@ -184,7 +184,9 @@ class CUDADevice(GenericDevice):
         off, size = _ffi.new("size_t *"), _ffi.new("size_t *")
         while self.plugin.drv.lib.cuFuncGetParamInfo(f[0], len(sizes), off, size) == 0:
             sizes.append(size[0])
-        return GenericKernel(name, f[0], sizes, f"parameter sizes {sizes}")
+        decl = binary.prototypes.get(name)
+        types = params_from_prototype(decl, name) if decl else None
+        return GenericKernel(name, f[0], sizes, decl or f"parameter sizes {sizes}", types)
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any) -> None:

@@ -19,6 +19,7 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
 from ._libc import memmove
+from .args import params_from_ctype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = cffi.FFI()
@@ -172,8 +173,10 @@ class HostDevice(GenericDevice):
         except AttributeError:
             raise OffloadError(ErrorCode.NOT_FOUND,
                                f"kernel '{name}' is not defined in the image") from None
-        params = [(t, t.kind == "pointer") for t in program.ffi.typeof(fn).args]
-        return GenericKernel(name, (program.ffi, fn), params, binary.prototypes[name])
+        ftype = program.ffi.typeof(fn)
+        params = [(t, t.kind == "pointer") for t in ftype.args]
+        return GenericKernel(name, (program.ffi, fn), params, binary.prototypes[name],
+                             params_from_ctype(program.ffi, ftype))
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import os
+import re
 from typing import Any
 
 import cffi
 
 from .. import config as _config
 from ..errors import ErrorCode, OffloadError
-from ..image import Binary, Image
+from ..image import Binary, Image, c_prototypes
 
 NVRTC_CDEF = """
 typedef int nvrtcResult;
@@ -63,6 +64,19 @@ def _load_nvrtc() -> Any:
                        f"(tried {len(cands)} names; set OFFLOAD_CUDA_NVRTC_LIBRARY)")
 
 
+_CUDA_WORDS = re.compile(r'extern\s+"C"|__global__|__device__|__host__|__restrict__|'
+                         r'__restrict\b|__launch_bounds__\s*\([^)]*\)')
+
+
+def kernel_prototypes(source: str) -> dict[str, str]:
+    """C declarations of the `extern "C" __global__` kernels in CUDA source (types that
+    C does not know are left to the driver: those kernels are checked by count only)."""
+    source = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
+    kernels = re.findall(r'extern\s+"C"\s+__global__[^;{]*?\b([A-Za-z_]\w*)\s*\(', source)
+    protos = c_prototypes(_CUDA_WORDS.sub(" ", source))
+    return {k: protos[k] for k in kernels if k in protos}
+
+
 def compile_cuda(source: str, arch: str = "sm_90", ptx: bool = False) -> Image:
     """CUDA C++ -> cubin (or PTX, which the driver JIT-compiles) with NVRTC for `arch`
     (e.g. 'sm_90'; PTX is made for the matching 'compute_90')."""
@@ -97,4 +111,4 @@ def compile_cuda(source: str, arch: str = "sm_90", ptx: bool = False) -> Image:
         data = bytes(_nvrtc_ffi.buffer(out, n[0])).rstrip(b"\0")
     finally:
         lib.nvrtcDestroyProgram(prog)
-    return Image([Binary.from_bytes(data)])
+    return Image([Binary.from_bytes(data, kernel_prototypes(source))])

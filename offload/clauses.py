@@ -1,0 +1,85 @@
+"""Map clauses: LLVM's map-type bits, and clauses reduced to addresses at the API edge."""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import as_array, span
+from .errors import ErrorCode, OffloadError
+
+
+class MapType(enum.IntFlag):
+    """LLVM's tgt_map_type bit values."""
+
+    NONE = 0
+    TO = 0x1
+    FROM = 0x2
+    ALWAYS = 0x4
+    DELETE = 0x8
+    PTR_AND_OBJ = 0x10
+    TARGET_PARAM = 0x20
+    RETURN_PARAM = 0x40
+    PRIVATE = 0x80
+    LITERAL = 0x100
+    IMPLICIT = 0x200
+    CLOSE = 0x400
+    PRESENT = 0x1000
+    OMPX_HOLD = 0x2000
+
+
+@dataclass
+class MapItem:
+    """One map clause, reduced to addresses at the API edge."""
+
+    host: int
+    size: int
+    type: MapType
+    owner: Any = None
+    name: str | None = None
+    read_only: bool = False
+
+    def subject(self) -> str:
+        """What the clause maps, for messages: "array 'x' int32[100]"."""
+        what = "array"
+        if isinstance(self.owner, np.ndarray):
+            what += f" {self.owner.dtype}[{', '.join(map(str, self.owner.shape))}]"
+        if self.name:
+            what = f"{what} '{self.name}'"
+        return what
+
+
+class MapClause:
+    """A map clause over a numpy array (or any contiguous buffer); made by `to`,
+    `from_`, `tofrom`, `alloc`, `release` and `delete`."""
+
+    __slots__ = ("array", "type", "name")
+
+    def __init__(self, array: Any, type: MapType, name: str | None = None):
+        self.array = array
+        self.type = type
+        self.name = name
+
+    def item(self) -> MapItem:
+        """The clause as addresses: (host address, size, map type, owner, ...)."""
+        arr = as_array(self.array, "map")
+        p, n = span(arr)
+        return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
+
+    def __repr__(self) -> str:
+        return f"MapClause({self.type!r}, {self.name or type(self.array).__name__})"
+
+
+def map_items(maps: Iterable[Any], default: MapType, what: str = "map") -> list[MapItem]:
+    """MapItems from clauses, or from bare arrays mapped with `default`.
+
+    `maps` must be a list or tuple: a bare array there would be iterated row by row."""
+    if not isinstance(maps, (list, tuple)):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: expected a list of arrays or map clauses, got "
+                           f"{type(maps).__name__}; write {what}=[a]")
+    return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()
+            for m in maps]

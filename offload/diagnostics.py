@@ -1,0 +1,46 @@
+"""LLVM's diagnostics, word for word, with the array and a hint after them; and the
+LIBOMPTARGET_INFO messages (each line `omptarget device N info: ...`)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .clauses import MapItem
+from .errors import ErrorCode, OffloadError
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def caller() -> str:
+    """'file.py:LINE:0' of the first frame outside offload (LLVM prints 'file.c:L:C')."""
+    f: Any = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+        f = f.f_back
+    if f is None:
+        return "unknown:0:0"
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}:0"
+
+
+def error(sentences: list[str], it: MapItem | None, hint: str,
+          code: ErrorCode = ErrorCode.INVALID_ARGUMENT) -> OffloadError:
+    """An OffloadError: LLVM's sentences first (one per line, in LLVM's order), then the
+    mapped array and a hint."""
+    tail = f"({it.subject()}; {hint})" if it is not None else f"({hint})"
+    return OffloadError(code, "\n".join(sentences) + "\n  " + tail)
+
+
+def present_missing(p: int, n: int, motion: bool = False) -> str:
+    kind = "motion" if motion else "map type"
+    return (f"device mapping required by 'present' {kind} modifier does not exist for host "
+            f"address 0x{p:x} ({n} bytes)")
+
+
+def explicit_extension(p: int, n: int, hst: int, size: int) -> str:
+    return (f"explicit extension not allowed: host address specified is 0x{p:x} ({n} bytes), "
+            f"but device allocation maps to host at 0x{hst:x} ({size} bytes)")
+
+
+def say(device: int, msg: str) -> None:
+    """One LIBOMPTARGET_INFO line on stderr."""
+    print(f"omptarget device {device} info: {msg}", file=sys.stderr)
