@@ -57,3 +57,36 @@ def describe(arr: Any) -> str:
     if isinstance(arr, np.ndarray):
         return f"{arr.dtype}[{', '.join(map(str, arr.shape))}]"
     return type(arr).__name__
+
+
+def integer(value: Any, what: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
+    """`value` as an int in [minimum, maximum]; INVALID_VALUE naming `what` otherwise
+    (None, str, float, bool and 2**64 included)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what}: expected an integer, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if not minimum <= v <= maximum:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what}: {v} is out of range [{minimum}, {maximum}]")
+    return v
+
+
+def buffer(x: Any, what: str, writable: bool = False) -> tuple[int, int | None]:
+    """(address, size in bytes or None for a bare int address) of a pointer argument.
+
+    Arrays must be contiguous and hold no Python objects; a destination must be
+    writeable (not bytes, not a read-only array)."""
+    if x is None:
+        return 0, None
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        v = int(x)
+        if not 0 <= v < 2**64:
+            raise OffloadError(ErrorCode.INVALID_VALUE, f"{what}: address {v} out of range")
+        return v, None
+    arr = as_array(x, what)
+    if writable and not arr.flags.writeable:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: the destination is read-only ({type(x).__name__}); "
+                           f"pass a writeable array")
+    return span(arr)

@@ -56,6 +56,16 @@ class Device:
         return self.plugin.data_exchange(self.local_id, src, dst_device.plugin,
                                          dst_device.local_id, dst, size, queue)
 
+    def check_range(self, addr: int, size: int, what: str) -> None:
+        """INVALID_VALUE when [addr, addr+size) starts inside one of this device's
+        allocations and runs past its end (addresses we did not allocate are not checked)."""
+        found = self.generic.containing(addr)
+        if found is not None and addr + size > found[0] + found[1]:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"{what}: {size} bytes at 0x{addr:x} run past the end of the "
+                               f"{found[1]}-byte allocation at 0x{found[0]:x} on device "
+                               f"{self.number}")
+
     def is_device_memory(self, addr: int) -> bool:
         return self.generic.allocation(addr) is not None
 

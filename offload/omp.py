@@ -5,13 +5,15 @@ stderr; a device number that is not a device raises, where LLVM aborts.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .arrays import address
+from .arrays import buffer, integer
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, memmove
@@ -82,26 +84,27 @@ def omp_is_initial_device() -> int:
 
 
 # ---- allocation: one table for the six alloc/free functions ----------------------------
-def _alloc(size: int, device_num: int, kind: AllocKind) -> int:
+def _alloc(size: Any, device_num: Any, kind: AllocKind, name: str) -> int:
     dev = _device(device_num)
-    if size <= 0:
-        return 0
     try:
+        n = integer(size, f"{name}: size", minimum=-(2**63))
+        if n <= 0:
+            return 0                               # as LLVM: no error, NULL
         if dev is None:
-            return _current().manager.initial_plugin().data_alloc(0, size, kind)
-        return dev.alloc(size, kind)
+            return _current().manager.initial_plugin().data_alloc(0, n, kind)
+        return dev.alloc(n, kind)
     except OffloadError as exc:
         return _fail(exc, 0)
 
 
-def _free(ptr: Any, device_num: int, kind: AllocKind) -> None:
+def _free(ptr: Any, device_num: Any, kind: AllocKind, name: str) -> None:
     if _torn_down():
         return
     dev = _device(device_num)
-    p = address(ptr)
-    if p == 0:
-        return
     try:
+        p = buffer(ptr, f"{name}: ptr")[0]
+        if p == 0:
+            return
         if dev is None:
             _current().manager.initial_plugin().data_delete(0, p, kind)
         else:
@@ -112,16 +115,16 @@ def _free(ptr: Any, device_num: int, kind: AllocKind) -> None:
 
 def _allocator(name: str, kind: AllocKind, what: str) -> Callable[[int, int], int]:
     def fn(size: int, device_num: int) -> int:
-        return _alloc(size, device_num, kind)
+        return _alloc(size, device_num, kind, name)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = (f"Allocate `size` bytes of {what} for `device_num`; the address, or 0 on "
-                  f"failure (size <= 0 included).")
+    fn.__doc__ = (f"Allocate `size` bytes of {what} for `device_num`; the address, or 0 "
+                  f"(size <= 0, or an error line for a bad size or a failure).")
     return fn
 
 
 def _deallocator(name: str, kind: AllocKind, what: str) -> Callable[[Any, int], None]:
     def fn(ptr: Any, device_num: int) -> None:
-        _free(ptr, device_num, kind)
+        _free(ptr, device_num, kind, name)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"Free {what} from the matching allocation call; NULL is ignored, an "
                   f"unknown pointer prints an error.")
@@ -160,31 +163,68 @@ def _copy(dst: int, src: int, n: int, ddev: Device | None, sdev: Device | None) 
         ddev.submit(dst, buf.ctypes.data, n)
 
 
+def _within(limit: int | None, offset: int, length: int, what: str) -> None:
+    if limit is not None and offset + length > limit:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what}: bytes [{offset}, {offset + length}) lie past the end of "
+                           f"its {limit}-byte buffer")
+
+
 def omp_target_memcpy(dst: Any, src: Any, length: int, dst_offset: int, src_offset: int,
                       dst_device_num: int, src_device_num: int) -> int:
     """Copy `length` bytes between any two devices (the initial device included).
 
-    Returns 0, or -1 after an error line (negative sizes, NULL pointers, driver errors).
+    Args:
+        dst, src: addresses (int) or contiguous arrays; an array is checked to hold the
+            bytes copied, and `dst` to be writeable.
+        length: bytes to copy.
+        dst_offset, src_offset: byte offsets added to dst and src.
+        dst_device_num, src_device_num: device numbers (omp_get_initial_device() for
+            the host).
 
-    >>> omp_target_memcpy(dst, a, a.nbytes, 0, 0, 0, omp_get_initial_device())
-    0
+    Returns:
+        0, or -1 after one error line (bad sizes or offsets, NULL, out of bounds,
+        driver errors).
+
+    Example:
+        >>> omp_target_memcpy(d, a, a.nbytes, 0, 0, 0, omp_get_initial_device())
+        0
     """
     ddev, sdev = _device(dst_device_num), _device(src_device_num)
     try:
-        if length < 0 or dst_offset < 0 or src_offset < 0:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"omp_target_memcpy: negative length or offset "
-                               f"({length}, {dst_offset}, {src_offset})")
-        if length == 0:
+        n = integer(length, "omp_target_memcpy: length")
+        doff = integer(dst_offset, "omp_target_memcpy: dst_offset")
+        soff = integer(src_offset, "omp_target_memcpy: src_offset")
+        d, dlim = buffer(dst, "omp_target_memcpy: dst", writable=True)
+        s, slim = buffer(src, "omp_target_memcpy: src")
+        if n == 0:
             return OFFLOAD_SUCCESS
-        d, s = address(dst), address(src)
         if d == 0 or s == 0:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"omp_target_memcpy: NULL {'dst' if d == 0 else 'src'} pointer")
-        _copy(d + dst_offset, s + src_offset, length, ddev, sdev)
+        _within(dlim, doff, n, "omp_target_memcpy: dst")
+        _within(slim, soff, n, "omp_target_memcpy: src")
+        if ddev is not None:
+            ddev.check_range(d + doff, n, "omp_target_memcpy: dst")
+        if sdev is not None:
+            sdev.check_range(s + soff, n, "omp_target_memcpy: src")
+        _copy(d + doff, s + soff, n, ddev, sdev)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
+
+
+def _int_list(seq: Any, what: str, count: int, minimum: int = 0) -> list[int]:
+    try:
+        items = list(seq)
+    except TypeError:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what}: expected a sequence of integers, got "
+                           f"{type(seq).__name__}") from None
+    if len(items) < count:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what} has {len(items)} entries, num_dims is {count}")
+    return [integer(v, f"{what}[{i}]", minimum) for i, v in enumerate(items[:count])]
 
 
 def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
@@ -192,45 +232,60 @@ def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
                            src_offsets: Sequence[int], dst_dimensions: Sequence[int],
                            src_dimensions: Sequence[int], dst_device_num: int,
                            src_device_num: int) -> int:
-    """Copy a `num_dims`-dimensional sub-block; INT_MAX when both pointers are NULL
-    (the number of dimensions supported), else 0 or -1 as omp_target_memcpy."""
-    d, s = address(dst), address(src)
-    if d == 0 and s == 0:
+    """Copy a `num_dims`-dimensional sub-block of `volume` elements.
+
+    Each offset plus volume must fit inside its dimension, and an array argument must
+    hold its whole dimensions. Returns INT_MAX when both pointers are NULL (the number
+    of dimensions supported), else 0, or -1 after one error line."""
+    if (dst is None or isinstance(dst, (int, np.integer)) and dst == 0) and \
+            (src is None or isinstance(src, (int, np.integer)) and src == 0):
         return INT_MAX
     ddev, sdev = _device(dst_device_num), _device(src_device_num)
+    what = "omp_target_memcpy_rect"
     try:
-        if d == 0 or s == 0 or element_size <= 0 or num_dims <= 0:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"omp_target_memcpy_rect: bad arguments (dst=0x{d:x}, src=0x{s:x}, "
-                               f"element_size={element_size}, num_dims={num_dims})")
-        for name, seq in (("volume", volume), ("dst_offsets", dst_offsets),
-                          ("src_offsets", src_offsets), ("dst_dimensions", dst_dimensions),
-                          ("src_dimensions", src_dimensions)):
-            if len(seq) < num_dims:
-                raise OffloadError(ErrorCode.INVALID_VALUE,
-                                   f"omp_target_memcpy_rect: {name} has {len(seq)} entries, "
-                                   f"num_dims is {num_dims}")
-        _rect(d, s, element_size, num_dims, list(volume), list(dst_offsets),
-              list(src_offsets), list(dst_dimensions), list(src_dimensions), ddev, sdev)
+        es = integer(element_size, f"{what}: element_size", minimum=1)
+        nd = integer(num_dims, f"{what}: num_dims", minimum=1, maximum=1 << 16)
+        vol = _int_list(volume, f"{what}: volume", nd)
+        doff = _int_list(dst_offsets, f"{what}: dst_offsets", nd)
+        soff = _int_list(src_offsets, f"{what}: src_offsets", nd)
+        ddim = _int_list(dst_dimensions, f"{what}: dst_dimensions", nd)
+        sdim = _int_list(src_dimensions, f"{what}: src_dimensions", nd)
+        d, dlim = buffer(dst, f"{what}: dst", writable=True)
+        s, slim = buffer(src, f"{what}: src")
+        if d == 0 or s == 0:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"{what}: NULL {'dst' if d == 0 else 'src'} pointer")
+        for i in range(nd):
+            for side, off, dim in (("dst", doff, ddim), ("src", soff, sdim)):
+                if off[i] + vol[i] > dim[i]:
+                    raise OffloadError(ErrorCode.INVALID_VALUE,
+                                       f"{what}: {side} dimension {i}: offset {off[i]} + "
+                                       f"volume {vol[i]} exceeds the dimension {dim[i]}")
+        _within(dlim, 0, es * math.prod(ddim), f"{what}: dst")
+        _within(slim, 0, es * math.prod(sdim), f"{what}: src")
+        if ddev is not None:
+            ddev.check_range(d, es * math.prod(ddim), f"{what}: dst")
+        if sdev is not None:
+            sdev.check_range(s, es * math.prod(sdim), f"{what}: src")
+        if 0 in vol:
+            return OFFLOAD_SUCCESS
+        _rect(d, s, es, vol, doff, soff, ddim, sdim, ddev, sdev)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
 
 
-def _rect(d: int, s: int, es: int, nd: int, vol: list[int], doff: list[int],
-          soff: list[int], ddim: list[int], sdim: list[int], ddev: Device | None,
-          sdev: Device | None) -> None:
-    if nd == 1:
-        _copy(d + es * doff[0], s + es * soff[0], es * vol[0], ddev, sdev)
-        return
-    dslice = sslice = es
-    for x in ddim[1:nd]:
-        dslice *= x
-    for x in sdim[1:nd]:
-        sslice *= x
-    for i in range(vol[0]):
-        _rect(d + dslice * (doff[0] + i), s + sslice * (soff[0] + i), es, nd - 1, vol[1:],
-              doff[1:], soff[1:], ddim[1:], sdim[1:], ddev, sdev)
+def _rect(d: int, s: int, es: int, vol: list[int], doff: list[int], soff: list[int],
+          ddim: list[int], sdim: list[int], ddev: Device | None, sdev: Device | None) -> None:
+    """Copy row by row (the last dimension is contiguous), without recursion."""
+    nd = len(vol)
+    dstride = [es * math.prod(ddim[i + 1:]) for i in range(nd)]
+    sstride = [es * math.prod(sdim[i + 1:]) for i in range(nd)]
+    row = es * vol[-1]
+    for idx in itertools.product(*(range(v) for v in vol[:-1])):
+        do = sum((doff[i] + idx[i]) * dstride[i] for i in range(nd - 1)) + doff[-1] * es
+        so = sum((soff[i] + idx[i]) * sstride[i] for i in range(nd - 1)) + soff[-1] * es
+        _copy(d + do, s + so, row, ddev, sdev)
 
 
 # ---- associations and queries ----------------------------------------------------------
@@ -238,16 +293,19 @@ def omp_target_associate_ptr(host_ptr: Any, device_ptr: Any, size: int, device_o
                              device_num: int) -> int:
     """Map [host_ptr, +size) to device_ptr + device_offset with an infinite count; 0 / -1."""
     dev = _device(device_num)
+    what = "omp_target_associate_ptr"
     try:
         if dev is None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
-                               "omp_target_associate_ptr: the initial device needs no association")
-        h, t = address(host_ptr), address(device_ptr)
-        if h == 0 or t == 0 or size <= 0:
+                               f"{what}: the initial device needs no association")
+        n = integer(size, f"{what}: size", minimum=1)
+        off = integer(device_offset, f"{what}: device_offset")
+        h = buffer(host_ptr, f"{what}: host_ptr")[0]
+        t = buffer(device_ptr, f"{what}: device_ptr")[0]
+        if h == 0 or t == 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"omp_target_associate_ptr: bad arguments (host=0x{h:x}, "
-                               f"device=0x{t:x}, size={size})")
-        dev.table.associate(h, t + device_offset, size)
+                               f"{what}: NULL {'host_ptr' if h == 0 else 'device_ptr'}")
+        dev.table.associate(h, t + off, n)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
@@ -260,7 +318,7 @@ def omp_target_disassociate_ptr(host_ptr: Any, device_num: int) -> int:
         if dev is None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                "omp_target_disassociate_ptr: not for the initial device")
-        dev.table.disassociate(address(host_ptr))
+        dev.table.disassociate(buffer(host_ptr, "omp_target_disassociate_ptr: host_ptr")[0])
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
@@ -269,7 +327,10 @@ def omp_target_disassociate_ptr(host_ptr: Any, device_num: int) -> int:
 def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
     """The device address `ptr` is mapped to on `device_num`; 0 when unmapped."""
     dev = _device(device_num)
-    p = address(ptr)
+    try:
+        p = buffer(ptr, "omp_get_mapped_ptr: ptr")[0]
+    except OffloadError as exc:
+        return _fail(exc, 0)
     if p == 0:
         return 0
     if dev is None:
@@ -281,7 +342,10 @@ def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
 def omp_target_is_present(ptr: Any, device_num: int) -> int:
     """1 when `ptr` is mapped on `device_num` (always on the initial device), else 0."""
     dev = _device(device_num)
-    p = address(ptr)
+    try:
+        p = buffer(ptr, "omp_target_is_present: ptr")[0]
+    except OffloadError as exc:
+        return _fail(exc, 0)
     if dev is None:
         return 1
     if p == 0:
@@ -292,23 +356,31 @@ def omp_target_is_present(ptr: Any, device_num: int) -> int:
 def omp_target_is_accessible(ptr: Any, size: int, device_num: int) -> int:
     """1 when the device can access [ptr, ptr+size) of host memory directly."""
     dev = _device(device_num)
+    try:
+        n = integer(size, "omp_target_is_accessible: size")
+        p = buffer(ptr, "omp_target_is_accessible: ptr")[0]
+    except OffloadError as exc:
+        return _fail(exc, 0)
     if dev is None:
         return 1
-    p = address(ptr)
-    if p == 0 or size < 0:
+    if p == 0:
         return 0
-    return int(dev.is_accessible(p, size))
+    return int(dev.is_accessible(p, n))
 
 
 # ---- pinning (D139208) ---------------------------------------------------------------
 def llvm_omp_target_lock_mem(ptr: Any, size: int, device_num: int) -> int:
-    """Pin [ptr, ptr+size) for device_num; the device-accessible address, or 0."""
+    """Pin [ptr, ptr+size) for device_num (reference counted); the device-accessible
+    address, or 0 after one error line."""
     dev = _device(device_num)
     try:
         if dev is None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot lock memory for the initial device ({device_num})")
-        return dev.lock(address(ptr), size, owner=ptr if not isinstance(ptr, int) else None)
+        n = integer(size, "llvm_omp_target_lock_mem: size", minimum=-(2**63))
+        p, limit = buffer(ptr, "llvm_omp_target_lock_mem: ptr")
+        _within(limit, 0, max(n, 0), "llvm_omp_target_lock_mem: ptr")
+        return dev.lock(p, n, owner=ptr if limit is not None else None)
     except OffloadError as exc:
         return _fail(exc, 0)
 
@@ -322,6 +394,6 @@ def llvm_omp_target_unlock_mem(ptr: Any, device_num: int) -> None:
         if dev is None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot unlock memory for the initial device ({device_num})")
-        dev.unlock(address(ptr))
+        dev.unlock(buffer(ptr, "llvm_omp_target_unlock_mem: ptr")[0])
     except OffloadError as exc:
         _fail(exc, None)

@@ -7,6 +7,7 @@ the modules beside it (queues, staging, memory_pool, args), never in a vendor fi
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 from collections.abc import Sequence
@@ -50,6 +51,7 @@ class GenericDevice:
         self.plugin = plugin
         self.id = local_id
         self._allocs: dict[int, tuple[int, AllocKind]] = {}
+        self._alloc_starts: list[int] = []          # sorted keys of _allocs
         self._lock = threading.Lock()
         self._loaded: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], GenericKernel] = {}
@@ -133,6 +135,7 @@ class GenericDevice:
                 addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
         with self._lock:
             self._allocs[addr] = (size, kind)
+            bisect.insort(self._alloc_starts, addr)
         return addr
 
     def free(self, addr: int, kind: AllocKind | None = None) -> int:
@@ -144,6 +147,7 @@ class GenericDevice:
                                    f"0x{addr:x} is not memory allocated{what} on device "
                                    f"{self.id} of plugin {self.plugin.name}")
             del self._allocs[addr]
+            self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
         size, kind = rec
         if kind is AllocKind.DEVICE and self.pool.give(addr, size):
             return size                                 # kept for the next alloc
@@ -160,6 +164,16 @@ class GenericDevice:
     def allocation(self, addr: int) -> tuple[int, AllocKind] | None:
         return self._allocs.get(addr)
 
+    def containing(self, addr: int) -> tuple[int, int] | None:
+        """(start, size) of the live allocation holding `addr`, or None."""
+        with self._lock:
+            i = bisect.bisect_right(self._alloc_starts, addr) - 1
+            if i < 0:
+                return None
+            start = self._alloc_starts[i]
+            size = self._allocs[start][0]
+            return (start, size) if addr < start + size else None
+
     def live_allocations(self) -> int:
         """Allocations made and not freed (blocks kept by the pool not counted)."""
         with self._lock:
@@ -171,6 +185,7 @@ class GenericDevice:
             gone = {a: r for a, r in self._allocs.items() if r[1] in kinds}
             for a in gone:
                 del self._allocs[a]
+            self._alloc_starts = sorted(self._allocs)
         for addr, (size, kind) in gone.items():
             self._free_impl(addr, size, kind)
 

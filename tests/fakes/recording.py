@@ -55,3 +55,13 @@ class RecordingPlugin(HostPlugin):
 
     def of(self, kind: str) -> list[tuple]:
         return [c for c in self.calls if c[0] == kind]
+
+
+class NoImagePlugin(HostPlugin):
+    """Host plugin named 'noimage' whose devices accept no image (a device a kernel has
+    no binary for)."""
+
+    name = "noimage"
+
+    def check_binary(self, binary, dev=None):
+        raise OffloadError(ErrorCode.INVALID_BINARY, "the noimage double loads no images")
