@@ -170,16 +170,34 @@ def main() -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(11, 5.5))
-        for i, name in enumerate(names):
-            ax.plot(sizes, [s * MiB / results[s][name] / 1e9 for s in sizes], label=name,
-                    linestyle="-" if i < 10 else "--", **style(i))
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("transfer size (MiB)")
-        ax.set_ylabel("bandwidth (GB/s)")
-        ax.set_title(f"Host-device copies on device 0 ({dev_name})")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+        fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), sharey=True)
+        mode_colour = {"prelocked": "#1f77b4", "unlocked": "#ff7f0e", "lock-mapped": "#2ca02c"}
+        op_style = {"update to": ("-", "o"), "update from": ("--", "s"),
+                    "enter/exit tofrom": (":", "^"), "target map(tofrom)": ("-.", "D")}
+        baselines = [n for n in names if "(" not in n]
+        for i, name in enumerate(baselines):
+            axes[0].plot(sizes, [s * MiB / results[s][name] / 1e9 for s in sizes],
+                         label=name, **style(i))
+        for name in names:
+            if "(" not in name:
+                continue
+            op, mode = name[:-1].split(" (")
+            ls, marker = op_style.get(op, ("-", "x"))
+            axes[1].plot(sizes, [s * MiB / results[s][name] / 1e9 for s in sizes],
+                         label=name, color=mode_colour.get(mode, "black"), linestyle=ls,
+                         marker=marker)
+        for ref, ls in (("raw pinned H2D", "-"), ("raw pageable H2D", "-")):
+            axes[1].plot(sizes, [s * MiB / results[s][ref] / 1e9 for s in sizes], color="grey",
+                         linewidth=3, alpha=0.35, linestyle=ls, label=f"{ref} (reference)")
+        for ax, title in zip(axes, ("Baselines: raw driver copies and frameworks",
+                                    "offload (colour: how the array is pinned)"), strict=True):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("transfer size (MiB)")
+            ax.set_title(title, fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7, ncol=2)
+        axes[0].set_ylabel("bandwidth (GB/s)")
+        fig.suptitle(f"Host-device copies on device 0 ({dev_name})")
         fig.tight_layout()
         path = os.environ.get("OUT", os.path.dirname(__file__))
         fig.savefig(os.path.join(path, "transfers.png"), dpi=120)
