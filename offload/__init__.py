@@ -7,8 +7,9 @@ from . import api as _api
 from . import omp as _omp
 from . import testing  # noqa: F401 - offload.testing.state()
 from .api import *  # noqa: F403
+from .compiler import compile_c
 from .errors import ErrorCode, OffloadError, OffloadWarning
-from .image import Image, Kernel, compile_c, load_image
+from .image import Image, Kernel, load_image
 from .mapping import MapType
 from .omp import *  # noqa: F403
 from .target import target

@@ -12,7 +12,7 @@ from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .runtime import Handle
+from .runtime import Handle, operation
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
 
@@ -119,6 +119,7 @@ class target_data:
         self._items: list[MapItem] = []
         self._dev: Device | None = None
 
+    @operation
     def __enter__(self) -> target_data:
         self._dev = _current().construct_device(self._device)
         if self._dev is not None:
@@ -128,6 +129,7 @@ class target_data:
             self._dev.table.dump_if_asked()
         return self
 
+    @operation
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._dev is not None and self._items:
             items, self._items = self._items, []
@@ -153,6 +155,7 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
     return None
 
 
+@operation
 def target_enter_data(*maps: Any, device: int | None = None,
                       nowait: bool = False) -> Handle | None:
     """Map clauses until a matching target_exit_data (`#pragma omp target enter data`).
@@ -175,6 +178,7 @@ def target_enter_data(*maps: Any, device: int | None = None,
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait)
 
 
+@operation
 def target_exit_data(*maps: Any, device: int | None = None,
                      nowait: bool = False) -> Handle | None:
     """Unmap clauses (`#pragma omp target exit data`): `from_` copies back on the last
@@ -198,6 +202,7 @@ def target_exit_data(*maps: Any, device: int | None = None,
     return _construct(dev.table.target_data_end if dev else None, items, dev, nowait)
 
 
+@operation
 def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
                   device: int | None = None, nowait: bool = False) -> Handle | None:
     """Copy present data (`#pragma omp target update`).
@@ -285,6 +290,7 @@ class Pinned:
                 f"device {self.device}, {state}>")
 
 
+@operation
 def lock(a: Any, device: int | None = None) -> Pinned:
     """Pin an array's memory for a device (`llvm_omp_target_lock_mem`, reference counted).
 
@@ -327,6 +333,7 @@ def locked(a: Any, device: int | None = None) -> Pinned:
 
 
 # ---- kernels and devices ------------------------------------------------------------
+@operation
 def compile_cuda(source: str, *, arch: str | None = None, ptx: bool = False) -> Image:
     """Compile CUDA C++ with NVRTC into an image (needs libnvrtc).
 
@@ -358,6 +365,7 @@ class DeviceRecord:
     properties: dict = field(default_factory=dict)
 
 
+@operation
 def devices() -> list[DeviceRecord]:
     """One record per offload device (the initial device not included).
 

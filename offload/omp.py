@@ -18,7 +18,7 @@ from .device import Device
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, memmove
 from .runtime import current as _current
-from .runtime import omp_initial_device, omp_invalid_device
+from .runtime import omp_initial_device, omp_invalid_device, operation
 from .runtime import torn_down as _torn_down
 
 OFFLOAD_SUCCESS = 0
@@ -48,21 +48,25 @@ def _fail(exc: OffloadError, value: Any) -> Any:
 
 
 # ---- devices ------------------------------------------------------------------------
+@operation
 def omp_get_num_devices() -> int:
     """The number of offload devices (the initial device not counted)."""
     return _current().num_devices()
 
 
+@operation
 def omp_get_initial_device() -> int:
     """The initial device's number: equal to omp_get_num_devices(), as in LLVM."""
     return _current().num_devices()
 
 
+@operation
 def omp_get_default_device() -> int:
     """The calling thread's default device, as set (libomp returns the ICV unchecked)."""
     return _current().default_device
 
 
+@operation
 def omp_set_default_device(n: int) -> None:
     """Set the calling thread's default device for constructs without `device=`.
 
@@ -117,14 +121,18 @@ def _allocator(name: str, kind: AllocKind, what: str) -> Callable[[int, int], in
     def fn(size: int, device_num: int) -> int:
         return _alloc(size, device_num, kind, name)
     fn.__name__ = fn.__qualname__ = name
+    fn = operation(fn)
     fn.__doc__ = (f"Allocate `size` bytes of {what} for `device_num`; the address, or 0 "
                   f"(size <= 0, or an error line for a bad size or a failure).")
     return fn
 
 
 def _deallocator(name: str, kind: AllocKind, what: str) -> Callable[[Any, int], None]:
+    guarded = operation(_free)
+
     def fn(ptr: Any, device_num: int) -> None:
-        _free(ptr, device_num, kind, name)
+        if not _torn_down():                       # after teardown: a quiet no-op
+            guarded(ptr, device_num, kind, name)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"Free {what} from the matching allocation call; NULL is ignored, an "
                   f"unknown pointer prints an error.")
@@ -170,6 +178,7 @@ def _within(limit: int | None, offset: int, length: int, what: str) -> None:
                            f"its {limit}-byte buffer")
 
 
+@operation
 def omp_target_memcpy(dst: Any, src: Any, length: int, dst_offset: int, src_offset: int,
                       dst_device_num: int, src_device_num: int) -> int:
     """Copy `length` bytes between any two devices (the initial device included).
@@ -227,6 +236,7 @@ def _int_list(seq: Any, what: str, count: int, minimum: int = 0) -> list[int]:
     return [integer(v, f"{what}[{i}]", minimum) for i, v in enumerate(items[:count])]
 
 
+@operation
 def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
                            volume: Sequence[int], dst_offsets: Sequence[int],
                            src_offsets: Sequence[int], dst_dimensions: Sequence[int],
@@ -289,6 +299,7 @@ def _rect(d: int, s: int, es: int, vol: list[int], doff: list[int], soff: list[i
 
 
 # ---- associations and queries ----------------------------------------------------------
+@operation
 def omp_target_associate_ptr(host_ptr: Any, device_ptr: Any, size: int, device_offset: int,
                              device_num: int) -> int:
     """Map [host_ptr, +size) to device_ptr + device_offset with an infinite count; 0 / -1."""
@@ -311,6 +322,7 @@ def omp_target_associate_ptr(host_ptr: Any, device_ptr: Any, size: int, device_o
         return _fail(exc, OFFLOAD_FAIL)
 
 
+@operation
 def omp_target_disassociate_ptr(host_ptr: Any, device_num: int) -> int:
     """Remove an association made by omp_target_associate_ptr; 0 / -1."""
     dev = _device(device_num)
@@ -324,6 +336,7 @@ def omp_target_disassociate_ptr(host_ptr: Any, device_num: int) -> int:
         return _fail(exc, OFFLOAD_FAIL)
 
 
+@operation
 def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
     """The device address `ptr` is mapped to on `device_num`; 0 when unmapped."""
     dev = _device(device_num)
@@ -339,6 +352,7 @@ def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
     return 0 if e is None else e.tgt_begin + (p - e.hst_begin)
 
 
+@operation
 def omp_target_is_present(ptr: Any, device_num: int) -> int:
     """1 when `ptr` is mapped on `device_num` (always on the initial device), else 0."""
     dev = _device(device_num)
@@ -353,6 +367,7 @@ def omp_target_is_present(ptr: Any, device_num: int) -> int:
     return int(dev.table.lookup(p, 0) is not None)
 
 
+@operation
 def omp_target_is_accessible(ptr: Any, size: int, device_num: int) -> int:
     """1 when the device can access [ptr, ptr+size) of host memory directly."""
     dev = _device(device_num)
@@ -369,6 +384,7 @@ def omp_target_is_accessible(ptr: Any, size: int, device_num: int) -> int:
 
 
 # ---- pinning (D139208) ---------------------------------------------------------------
+@operation
 def llvm_omp_target_lock_mem(ptr: Any, size: int, device_num: int) -> int:
     """Pin [ptr, ptr+size) for device_num (reference counted); the device-accessible
     address, or 0 after one error line."""
@@ -387,8 +403,12 @@ def llvm_omp_target_lock_mem(ptr: Any, size: int, device_num: int) -> int:
 
 def llvm_omp_target_unlock_mem(ptr: Any, device_num: int) -> None:
     """Drop one lock of the buffer containing ptr; a no-op after teardown."""
-    if _torn_down():
-        return
+    if not _torn_down():
+        _unlock_mem(ptr, device_num)
+
+
+@operation
+def _unlock_mem(ptr: Any, device_num: int) -> None:
     dev = _device(device_num)
     try:
         if dev is None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import functools
 import os
+import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,7 +46,8 @@ class Handle:
 class NowaitPool:
     """Worker threads for `nowait` constructs, and each thread's outstanding handles."""
 
-    def __init__(self, workers: int = 8):
+    def __init__(self, runtime: Runtime, workers: int = 8):
+        self._runtime = runtime
         self._workers = workers
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -56,7 +59,13 @@ class NowaitPool:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self._workers, thread_name_prefix="offload-nowait")
             thread = threading.get_ident()
-            h = Handle(self._pool.submit(fn, *args), self, thread)
+            rt = self._runtime
+            rt.begin()                      # in flight from submission until it finishes
+            try:
+                h = Handle(self._pool.submit(_run_as_operation, rt, fn, args), self, thread)
+            except BaseException:
+                rt.end()
+                raise
             self._handles.setdefault(thread, []).append(h)
         return h
 
@@ -72,9 +81,9 @@ class NowaitPool:
         with self._lock:
             return sum(1 for hs in self._handles.values() for h in hs if not h.done())
 
-    def wait(self, thread: int | None = None) -> None:
+    def wait(self, thread: int | None = None, errors: bool = True) -> None:
         """Wait for the handles spawned by `thread` (every thread's when None); raise
-        the first error among them after all have finished."""
+        the first error among them after all have finished (unless errors=False)."""
         first: BaseException | None = None
         while True:
             with self._lock:
@@ -89,7 +98,7 @@ class NowaitPool:
                     h.wait()
                 except BaseException as exc:   # noqa: BLE001 - re-raised below
                     first = first or exc
-        if first is not None:
+        if first is not None and errors:
             raise first
 
     def shutdown(self) -> None:
@@ -99,6 +108,15 @@ class NowaitPool:
             pool.shutdown(wait=True)
 
 
+def _run_as_operation(rt: Runtime, fn: Callable[..., Any], args: tuple) -> Any:
+    _tls.rt = rt
+    try:
+        return fn(*args)
+    finally:
+        _tls.rt = None
+        rt.end()
+
+
 class Runtime:
     """The runtime of this process: plugins and devices, the default device, nowait work."""
 
@@ -106,8 +124,11 @@ class Runtime:
         self.config = config
         self.manager = PluginManager(config)
         self._icv = threading.local()         # default-device-var, per thread as in libomp
-        self.nowait = NowaitPool()
+        self.nowait = NowaitPool(self)
         self.is_shut = False
+        self.closing = False             # shutdown has begun: new operations are refused
+        self._ops = 0
+        self._ops_cv = threading.Condition()
 
     @property
     def default_device(self) -> int:
@@ -158,10 +179,32 @@ class Runtime:
                                "available; offload-info says why)")
         return self.device(n)
 
+    # ---- operations in flight (see `operation`) -----------------------------------
+    def begin(self) -> None:
+        with self._ops_cv:
+            if self.closing:
+                raise _unavailable("is shutting down")
+            self._ops += 1
+
+    def end(self) -> None:
+        with self._ops_cv:
+            self._ops -= 1
+            if self._ops <= 0:
+                self._ops_cv.notify_all()
+
+    def busy(self) -> int:
+        """Operations in flight."""
+        return self._ops
+
+    def wait_idle(self, timeout: float, own: int = 0) -> bool:
+        """Wait until only `own` operations (the caller's) are in flight."""
+        with self._ops_cv:
+            return self._ops_cv.wait_for(lambda: self._ops <= own, timeout)
+
     def shutdown(self) -> None:
-        """Finish nowait work, then tear every plugin down (SEMANTICS.md §3)."""
+        """Tear every plugin down (SEMANTICS.md §3); nowait work has finished."""
         try:
-            self.nowait.wait()
+            self.nowait.wait(errors=False)
         finally:
             self.nowait.shutdown()
             self.is_shut = True
@@ -169,56 +212,131 @@ class Runtime:
 
 
 class _Process:
-    """Where the process keeps its runtime: the live one, and the one shut down last."""
+    """Where the process keeps its runtime: the live one (possibly closing), the one shut
+    down last, and whether the interpreter is exiting."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.live: Runtime | None = None
         self.shut: Runtime | None = None
+        self.exiting = False
 
 
 _process = _Process()
+_tls = threading.local()          # .rt: the runtime of the operation this thread is in
+
+SHUTDOWN_WAIT_S = 10.0            # how long shutdown waits for operations in flight
+
+
+def _unavailable(why: str) -> OffloadError:
+    return OffloadError(ErrorCode.UNINITIALIZED, f"the offload runtime {why}")
 
 
 def current() -> Runtime:
-    """The live Runtime, started (from the environment) on first use."""
-    rt = _process.live
+    """The runtime of the operation this thread is in, else the live one, started (from
+    the environment) on first use. UNINITIALIZED while one is shutting down, and after
+    the interpreter started exiting."""
+    rt = getattr(_tls, "rt", None)
     if rt is not None:
         return rt
+    rt = _process.live
+    if rt is not None and not rt.closing:
+        return rt
     with _process.lock:
-        if _process.live is None:
-            _process.live = Runtime(_config.read())
+        if _process.exiting:
+            raise _unavailable("was shut down: the interpreter is exiting")
+        rt = _process.live
+        if rt is None:
+            rt = _process.live = Runtime(_config.read())
             _process.shut = None
-        return _process.live
+        elif rt.closing:
+            raise _unavailable("is shutting down")
+        return rt
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def operation(fn: F) -> F:
+    """Count a public call as an operation in flight: shutdown waits for it, and refuses
+    new ones (UNINITIALIZED) while it runs."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_tls, "rt", None) is not None:
+            return fn(*args, **kwargs)                 # nested in an operation already
+        rt = current()
+        rt.begin()
+        _tls.rt = rt
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.rt = None
+            rt.end()
+    return wrapper  # type: ignore[return-value]
 
 
 def torn_down() -> bool:
-    """True after shutdown() until something starts a new runtime."""
-    return _process.live is None and _process.shut is not None
+    """True while a runtime shuts down, and after until something starts a new one."""
+    live = _process.live
+    if live is not None:
+        return live.closing
+    return _process.shut is not None or _process.exiting
 
 
-def shutdown() -> None:
-    """Tear the runtime down: finish nowait work, drain queues, free device memory,
-    unpin, release contexts. Unlock and free after this are quiet no-ops; any other
-    call starts a new runtime."""
+def shutdown(timeout: float | None = None) -> None:
+    """Tear the runtime down: refuse new operations, wait (up to `timeout` seconds, default
+    SHUTDOWN_WAIT_S) for those in flight and for nowait work, then drain queues, free
+    device memory, unpin, release contexts. Unlock and free after this are quiet no-ops;
+    any other call starts a new runtime. Operations still running after the wait keep
+    their memory: the teardown is skipped and the process's exit releases it."""
     with _process.lock:
-        rt, _process.live = _process.live, None
-        if rt is not None:
+        rt = _process.live
+        if rt is None or rt.closing:
+            return
+        rt.closing = True
+    inside = getattr(_tls, "rt", None) is rt
+    try:
+        idle = rt.wait_idle(SHUTDOWN_WAIT_S if timeout is None else timeout,
+                            own=1 if inside else 0)
+        if idle:
+            rt.shutdown()
+        else:
+            print(f"offload: {rt.busy()} operation(s) still running at shutdown; their "
+                  f"memory is left for the process's exit", file=sys.stderr)
+            rt.is_shut = True
+    finally:
+        with _process.lock:
+            _process.live = None
             _process.shut = rt
-    if rt is not None:
-        rt.shutdown()
+
+
+def _at_exit() -> None:
+    _process.exiting = True          # daemon threads still in offload get UNINITIALIZED
+    shutdown()
 
 
 def _after_fork_in_child() -> None:
-    """The child starts empty: pins, contexts and worker threads are not inherited."""
+    """The child starts empty: pins, contexts, worker threads and every lock offload
+    holds are not inherited (another thread may have held them at the fork)."""
     rt = _process.live
     _process.lock = threading.Lock()
     _process.live = None
     _process.shut = None
+    _tls.__dict__.clear()
     if rt is not None:
         rt.manager.forget()
+    for hook in list(_FORK_HOOKS):
+        hook()
 
 
-atexit.register(shutdown)
+_FORK_HOOKS: list[Callable[[], None]] = []
+
+
+def at_fork_in_child(hook: Callable[[], None]) -> None:
+    """Run `hook` in a forked child (modules reset their own locks this way)."""
+    _FORK_HOOKS.append(hook)
+
+
+atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -16,7 +16,7 @@ from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
 from .plugins.common import GenericPlugin
-from .runtime import Handle
+from .runtime import Handle, operation
 from .runtime import current as _current
 
 _I_KERNEL = int(Info.PLUGIN_KERNEL)                # a plain int: fast tests
@@ -27,6 +27,7 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
     return q < p + max(n, 1) and p < q + max(m, 1)
 
 
+@operation
 def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
            teams: int | None = None, threads: int | None = None,
            nowait: bool = False) -> Handle | None:

@@ -76,7 +76,9 @@ def sim(tmp_path_factory):
                                         ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
     lib.hsa_amd_memory_unlock.argtypes = [ctypes.c_void_p]
     host = offload.compile_c(HOST_SRC)
-    hk = ctypes.CDLL(host.binaries[0].path)
+    host_so = out.parent / "sim_kernels.so"
+    host_so.write_bytes(host.binaries[0].data)
+    hk = ctypes.CDLL(str(host_so))
     for name in ("add_one", "shape"):
         fn = ctypes.cast(getattr(hk, f"{name}_sim"), ctypes.c_void_p).value
         assert lib.hsa_sim_register_kernel(name.encode(), fn) == 0

@@ -107,18 +107,43 @@ class _PageLocks:
                     self._refs[p] = n
 
 
+def dlopen_bytes(ffi: cffi.FFI, data: bytes, name: str) -> Any:
+    """dlopen exactly `data`: from an anonymous memory file (memfd), so no file on disk
+    can be swapped between checking the bytes and loading them. The memfd stays open
+    while the library is loaded: the loader knows libraries by path, and a reused
+    /proc/self/fd/N would name an older one."""
+    fd = os.memfd_create(f"offload-{name}", getattr(os, "MFD_CLOEXEC", 0))
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        lib = ffi.dlopen(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        os.close(fd)
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"the host image does not load: {exc}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    _LOADED_FDS.append(fd)
+    return lib
+
+
+_LOADED_FDS: list[int] = []     # memfds of loaded images, open for the process's life
+
+
 class _Program:
     """A loaded host shared object: its cffi library, typed from the C prototypes."""
 
-    def __init__(self, binary: Binary, path: str):
+    def __init__(self, binary: Binary):
         self.ffi = cffi.FFI()
         self.errors: dict[str, str] = {}
         for name, decl in binary.prototypes.items():
             try:
                 self.ffi.cdef(decl, override=True)
-            except cffi.CDefError as exc:
+            except Exception as exc:       # noqa: BLE001 - cffi/pycparser errors vary
                 self.errors[name] = f"{decl!r}: {exc}"
-        self.lib = self.ffi.dlopen(path)
+        self.lib = dlopen_bytes(self.ffi, binary.data, binary.digest[:16])
 
 
 class HostDevice(GenericDevice):
@@ -157,7 +182,7 @@ class HostDevice(GenericDevice):
 
     def _load_impl(self, binary: Binary) -> _Program:
         self.plugin.check_binary(binary)
-        return _Program(binary, binary.file(self.plugin.config.cache_dir))
+        return _Program(binary)
 
     def _kernel_impl(self, program: _Program, binary: Binary, name: str) -> GenericKernel:
         if name in program.errors:
