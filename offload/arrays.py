@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cffi
 import numpy as np
 
 from .errors import ErrorCode, OffloadError
@@ -47,8 +48,14 @@ def as_array(a: Any, what: str) -> np.ndarray:
     return arr
 
 
+_ffi = cffi.FFI()
+_from_buffer, _cast = _ffi.from_buffer, _ffi.cast
+
+
 def span(arr: np.ndarray) -> tuple[int, int]:
     """(address of the first byte, size in bytes) of a contiguous array."""
+    if arr.flags.c_contiguous:        # through cffi: half the cost of __array_interface__
+        return int(_cast("uintptr_t", _from_buffer(arr))), arr.nbytes
     return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
 
 

@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in dev.info().items():
                 print(f"    {key:<24} {value}")
             number += 1
+    for clash in m.clashes:
+        print(f"\nwarning: {clash}")
     return 0
 
 

@@ -68,7 +68,7 @@ def _enum(name: str, kind: type[E], default: E) -> E:
                            f"{name}={raw!r} is not one of {allowed}") from None
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
+def _int(name: str, default: int, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -77,8 +77,9 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
     except ValueError:
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise OffloadError(ErrorCode.INVALID_VALUE, f"{name}={value} is below {minimum}")
+    if not minimum <= value <= maximum:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{name}={value} is out of range [{minimum}, {maximum}]")
     return value
 
 
@@ -107,7 +108,7 @@ def read() -> Config:
         info=Info(_int("LIBOMPTARGET_INFO", 0, minimum=-(2**31)) & 0x7F),  # -1: every bit
         lock_mapped=_enum("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", LockMapped, LockMapped.OFF),
         plugins=tuple(p.strip() for p in plugins.split(",") if p.strip()) if plugins else None,
-        host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1),
+        host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1, maximum=1024),
         cache_dir=env.get("OFFLOAD_CACHE_DIR")
         or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
         cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",

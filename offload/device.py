@@ -116,9 +116,10 @@ class Device:
         return True
 
     def launch(self, kernel: Kernel, args: Sequence[Any], teams: int | None = None,
-               threads: int | None = None, queue: Any = None) -> None:
-        self.plugin.launch_kernel(self.local_id, self.check_binary(kernel), kernel.name, args,
-                                  teams, threads, queue)
+               threads: int | None = None, queue: Any = None,
+               binary: Binary | None = None) -> None:
+        self.plugin.launch_kernel(self.local_id, binary or self.check_binary(kernel),
+                                  kernel.name, args, teams, threads, queue)
 
     def info(self) -> dict:
         return self.plugin.device_info(self.local_id)

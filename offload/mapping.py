@@ -32,7 +32,7 @@ class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready", "failed", "where")
+                 "pinned", "owned", "ready", "failed", "where", "busy")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
@@ -48,6 +48,7 @@ class HostDataToTarget:
         self.ready: threading.Lock | None = None    # held until allocated and filled
         self.failed = False
         self.where = "unknown:0:0"                  # where it was mapped (table dumps)
+        self.busy = 0                               # operations in flight using it
 
     @property
     def size(self) -> int:
@@ -77,7 +78,7 @@ class _Construct:
     """What one construct has done so far: the entries it created, the copies it made,
     the `from` copies it put off until it drops the last reference."""
 
-    __slots__ = ("created", "copied_to", "copied_from", "deferred", "dying")
+    __slots__ = ("created", "copied_to", "copied_from", "deferred", "dying", "own")
 
     def __init__(self) -> None:
         self.created: set[int] = set()                    # id() of entries made here
@@ -85,6 +86,7 @@ class _Construct:
         self.copied_from: set[tuple[int, int]] = set()
         self.deferred: dict[int, list[MapItem]] = {}      # id(entry) -> `from` items
         self.dying: list[HostDataToTarget] = []           # last reference dropped here
+        self.own: dict[int, int] = {}                     # busy marks of the caller
 
 
 class MappingTable:
@@ -96,6 +98,7 @@ class MappingTable:
         self.number = number          # global device number, for messages
         self.info = int(info)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
         self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
@@ -173,6 +176,8 @@ class MappingTable:
     # ---- begin ------------------------------------------------------------
     def target_data_begin(self, items: Sequence[MapItem], queue: Any = None) -> list[int]:
         """Map every item (all or nothing); return each item's device address."""
+        if not items:
+            return []
         self._check_begin(items)
         c = _Construct()
         done: list[tuple[MapItem, HostDataToTarget]] = []
@@ -336,16 +341,21 @@ class MappingTable:
 
     # ---- end --------------------------------------------------------------
     def target_data_end(self, items: Sequence[MapItem], queue: Any = None,
-                        copy_back: bool = True) -> None:
+                        copy_back: bool = True,
+                        own: Sequence[HostDataToTarget] = ()) -> None:
         """Unmap every item, last clause first. `from` copies back when this construct
         drops the last reference (whatever the clause order) or with `always`, once per
-        range; the entries go after their copies have finished."""
+        range; the entries go after their copies have finished, and after any other work
+        in flight on them (`own`: the caller's own busy marks, not waited for)."""
+        if not items:
+            return
         for it in items:
             if copy_back and it.read_only and int(it.type) & _FROM:
                 raise error([f"cannot copy device data back into read-only memory at "
                              f"0x{it.host:x} ({it.size} bytes)"], it,
                             "unmap it with release(a) or delete(a), or pass a writeable array")
         c = _Construct()
+        c.own = {id(e): own.count(e) for e in own} if own else {}
         error_: OffloadError | None = None
         for it in reversed(items):
             try:
@@ -385,8 +395,10 @@ class MappingTable:
                     e.dyn = max(0, e.dyn - 1)
                 last = e.total() == 0
                 if last:
-                    self._remove(e)
+                    self._remove(e)                # nobody new finds it ...
                     c.dying.append(e)
+                    dying, mine = e, c.own.get(id(e), 0)
+                    self._idle.wait_for(lambda: dying.busy <= mine)   # ... work in flight ends
                 elif self.info & _I_EXISTS:
                     self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
                               f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
@@ -421,17 +433,57 @@ class MappingTable:
                             "pass a writeable array")
         for it in items:
             p, n, t = it.host, it.size, int(it.type)
-            e = self.lookup(p, n) if n > 0 else None
+            e = self.acquire_busy(p, n) if n > 0 else None
             if e is None:
                 if t & _PRESENT:
                     raise error([present_missing(p, n, motion=True)], it,
                                 "map it first, or drop present=True")
                 continue
-            tgt = e.tgt_begin + (p - e.hst_begin)
-            if t & _TO:
-                self._copy_to(p, tgt, n, it.name, queue)
-            if t & _FROM:
-                self._copy_from(p, tgt, n, it.name, queue)
+            try:
+                tgt = e.tgt_begin + (p - e.hst_begin)
+                if t & _TO:
+                    self._copy_to(p, tgt, n, it.name, queue)
+                if t & _FROM:
+                    self._copy_from(p, tgt, n, it.name, queue)
+                if queue is not None:
+                    self.plugin.synchronize(self.device, queue)
+            finally:
+                self.release_busy([e])
+
+    # ---- work in flight keeps its entries ------------------------------------------
+    def acquire_busy(self, p: int, n: int) -> HostDataToTarget | None:
+        """The entry containing [p, p+n), marked in use (its device memory stays until
+        `release_busy`), or None."""
+        with self._lock:
+            e, inside = self._find(p, n)
+            if e is None or not inside:
+                return None
+            e.busy += 1
+            return e
+
+    def entries_of(self, items: Sequence[MapItem]) -> list[HostDataToTarget]:
+        """The entries holding the items (each once)."""
+        out: list[HostDataToTarget] = []
+        if not items:
+            return out
+        with self._lock:
+            for it in items:
+                if it.size:
+                    e, inside = self._find(it.host, it.size)
+                    if e is not None and e not in out:
+                        out.append(e)
+        return out
+
+    def mark_busy(self, entries: Sequence[HostDataToTarget]) -> None:
+        with self._lock:
+            for e in entries:
+                e.busy += 1
+
+    def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
+        with self._lock:
+            for e in entries:
+                e.busy -= 1
+            self._idle.notify_all()
 
     # ---- omp_target_associate_ptr -------------------------------------------
     def associate(self, p: int, tgt: int, n: int) -> None:

@@ -32,15 +32,27 @@ def _load_class(target: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def discover() -> dict[str, str]:
-    """Plugin name -> 'module:Class', built-ins plus the entry-point group."""
+def discover() -> tuple[dict[str, str], list[str]]:
+    """(plugin name -> 'module:Class', clashes): the built-ins plus the entry-point group.
+
+    An entry point never replaces a built-in plugin (nor an earlier entry point of the
+    same name): it is ignored, and the clash is reported (offload-info prints it)."""
     found = dict(BUILTIN)
+    clashes: list[str] = []
     try:
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        eps = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    except Exception as exc:        # a broken distribution must not break import
+        return found, [f"entry points of group {ENTRY_POINT_GROUP!r} unreadable: {exc}"]
+    for ep in eps:
+        known = found.get(ep.name)
+        if known is None:
             found[ep.name] = ep.value
-    except Exception:               # a broken distribution must not break import
-        pass
-    return found
+        elif known != ep.value:
+            dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            kind = "built-in" if ep.name in BUILTIN else "first registered"
+            clashes.append(f"entry point {ep.name} = {ep.value} (from {dist}) ignored: the "
+                           f"{kind} plugin {ep.name!r} ({known}) wins")
+    return found, clashes
 
 
 class PluginManager:
@@ -49,6 +61,8 @@ class PluginManager:
     def __init__(self, config: Config):
         self.config = config
         self.records: list[PluginRecord] = []
+        #: entry points that tried to replace a plugin already known (ignored)
+        self.clashes: list[str] = []
         self._lock = threading.Lock()
         self._devices: list[tuple[GenericPlugin, int]] = []
         self._device_objects: dict[int, Device] = {}
@@ -57,7 +71,7 @@ class PluginManager:
         self._load_plugins()
 
     def _load_plugins(self) -> None:
-        available = discover()
+        available, self.clashes = discover()
         loaded = []
         names = self.config.plugins or list(available)
         for name in names:
@@ -93,6 +107,9 @@ class PluginManager:
 
     def get_device(self, n: int) -> Device:
         """The Device for global number n; the list lock is held until we have it."""
+        dev = self._device_objects.get(n)          # made once, never moved: no lock needed
+        if dev is not None:
+            return dev
         with self._lock:
             dev = self._device_objects.get(n)
             if dev is not None:

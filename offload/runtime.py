@@ -3,11 +3,13 @@ the nowait pool, and the exit and fork hooks."""
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import functools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -127,8 +129,10 @@ class Runtime:
         self.nowait = NowaitPool(self)
         self.is_shut = False
         self.closing = False             # shutdown has begun: new operations are refused
-        self._ops = 0
-        self._ops_cv = threading.Condition()
+        # operations in flight: one item each (deque append/pop are atomic, no lock)
+        self._inflight: collections.deque = collections.deque()
+        self._count = self.manager.num_devices()        # fixed once plugins are loaded
+        self._mandatory = config.target_offload is TargetOffload.MANDATORY
 
     @property
     def default_device(self) -> int:
@@ -151,7 +155,9 @@ class Runtime:
         (LLVM's host fallback). A number that is neither a device nor the initial device
         raises INVALID_VALUE, as LLVM aborts."""
         m = self.manager
-        count = m.num_devices()
+        count = self._count
+        if type(n) is int and 0 <= n < count:          # the common case, quickly
+            return m.get_device(n)
         if n is None:
             n = self.default_device
             if count == 0:
@@ -172,7 +178,7 @@ class Runtime:
         As `device`, except that with OMP_TARGET_OFFLOAD=mandatory and no device at all
         every construct fails, the initial device included (LLVM's
         offloading/mandatory_but_no_devices)."""
-        if self.config.target_offload is TargetOffload.MANDATORY and self.num_devices() == 0:
+        if self._mandatory and self._count == 0:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                "failure of target construct while offloading is mandatory\n"
                                "  (OMP_TARGET_OFFLOAD=mandatory and no offload device is "
@@ -181,25 +187,28 @@ class Runtime:
 
     # ---- operations in flight (see `operation`) -----------------------------------
     def begin(self) -> None:
-        with self._ops_cv:
-            if self.closing:
-                raise _unavailable("is shutting down")
-            self._ops += 1
+        """Count an operation in; UNINITIALIZED once shutdown has begun. (Counted before
+        the check: shutdown sets `closing` first, then waits for the count.)"""
+        self._inflight.append(1)
+        if self.closing:
+            self._inflight.pop()
+            raise _unavailable("is shutting down")
 
     def end(self) -> None:
-        with self._ops_cv:
-            self._ops -= 1
-            if self._ops <= 0:
-                self._ops_cv.notify_all()
+        self._inflight.pop()
 
     def busy(self) -> int:
         """Operations in flight."""
-        return self._ops
+        return len(self._inflight)
 
     def wait_idle(self, timeout: float, own: int = 0) -> bool:
         """Wait until only `own` operations (the caller's) are in flight."""
-        with self._ops_cv:
-            return self._ops_cv.wait_for(lambda: self._ops <= own, timeout)
+        deadline = time.monotonic() + timeout
+        while len(self._inflight) > own:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
 
     def shutdown(self) -> None:
         """Tear every plugin down (SEMANTICS.md §3); nowait work has finished."""
@@ -262,16 +271,23 @@ def operation(fn: F) -> F:
     new ones (UNINITIALIZED) while it runs."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_tls, "rt", None) is not None:
+        tls = _tls
+        if getattr(tls, "rt", None) is not None:
             return fn(*args, **kwargs)                 # nested in an operation already
-        rt = current()
-        rt.begin()
-        _tls.rt = rt
+        rt = _process.live
+        if rt is None or rt.closing:
+            rt = current()
+        inflight = rt._inflight
+        inflight.append(1)                             # rt.begin(), inlined
+        if rt.closing:
+            inflight.pop()
+            raise _unavailable("is shutting down")
+        tls.rt = rt
         try:
             return fn(*args, **kwargs)
         finally:
-            _tls.rt = None
-            rt.end()
+            tls.rt = None
+            inflight.pop()
     return wrapper  # type: ignore[return-value]
 
 

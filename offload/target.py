@@ -64,7 +64,8 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                            f"target: expected a kernel (image.name), got {type(kernel).__name__}")
     rt = _current()
     dev = rt.construct_device(device)
-    if dev is not None and dev.binary_for(kernel) is None:
+    binary = dev.binary_for(kernel) if dev is not None else None
+    if dev is not None and binary is None:
         if rt.config.target_offload is TargetOffload.MANDATORY:
             dev.check_binary(kernel)              # raises, naming what the image holds
         _report_fallback(kernel, dev)
@@ -77,10 +78,11 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
             return rt.nowait.spawn(run_on_host, kernel, args, teams, threads)
         run_on_host(kernel, args, teams, threads)
         return None
-    dev.plugin.check_launch(dev.local_id, dev.check_binary(kernel), kernel.name, args)
+    assert binary is not None
+    dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
     if nowait:
-        return rt.nowait.spawn(_target, kernel, args, map, dev, teams, threads)
-    _target(kernel, args, map, dev, teams, threads)
+        return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads)
+    _target(kernel, binary, args, map, dev, teams, threads)
     return None
 
 
@@ -97,9 +99,13 @@ def _report_fallback(kernel: Kernel, dev: Device) -> None:
         print(f"omptarget device {dev.number} info: {msg}", file=sys.stderr)
 
 
-def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
-            teams: int | None, threads: int | None) -> None:
-    items = map_items(maps, MapType.TO | MapType.FROM, "target: map")
+_TOFROM = MapType.TO | MapType.FROM
+_IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
+
+
+def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[Any],
+            dev: Device, teams: int | None, threads: int | None) -> None:
+    items = map_items(maps, _TOFROM, "target: map") if maps else []
     table = dev.table
     spans: list[tuple[int, int] | None] = []
     for a in args:
@@ -111,20 +117,31 @@ def _target(kernel: Kernel, args: Sequence[Any], maps: Sequence[Any], dev: Devic
         spans.append((p, n))
         if it is None and not any(overlaps(p, n, i.host, i.size) for i in items) \
                 and table.overlapping(p, n) is None:
-            items.append(MapClause(a, MapType.TO | MapType.FROM | MapType.IMPLICIT).item())
-    with dev.queue() as queue:
-        table.target_data_begin(items, queue)
-        try:
-            kargs = [kernel_arg(table, items, a, sp) for a, sp in zip(args, spans, strict=True)]
-            if table.info & _I_KERNEL:
-                print(f"omptarget device {dev.number} info: Launching kernel {kernel.name} "
-                      f"with {teams or 1} blocks and {threads or 'default'} threads, "
-                      f"{len(kargs)} argument(s)", file=sys.stderr)
-            dev.launch(kernel, kargs, teams, threads, queue)
-        except BaseException:
-            table.target_data_end(items, queue, copy_back=False)
-            raise
-        table.target_data_end(items, queue)
+            items.append(MapClause(a, _IMPLICIT_TOFROM).item())
+    busy: list = []
+    try:
+        with dev.queue() as queue:
+            table.target_data_begin(items, queue)
+            # the region's entries stay while its kernel runs, even if another thread
+            # deletes them (map(delete) drops our reference too)
+            busy = table.entries_of(items)
+            table.mark_busy(busy)
+            try:
+                kargs = [kernel_arg(table, items, a, sp)
+                         for a, sp in zip(args, spans, strict=True)]
+                if table.info & _I_KERNEL:
+                    print(f"omptarget device {dev.number} info: Launching kernel "
+                          f"{kernel.name} with {teams or 1} blocks and "
+                          f"{threads or 'default'} threads, {len(kargs)} argument(s)",
+                          file=sys.stderr)
+                dev.launch(kernel, kargs, teams, threads, queue, binary)
+            except BaseException:
+                table.target_data_end(items, queue, copy_back=False, own=busy)
+                raise
+            table.target_data_end(items, queue, own=busy)
+    finally:
+        if busy:
+            table.release_busy(busy)               # the queue has drained
     table.dump_if_asked()
 
 

@@ -54,22 +54,68 @@ def code_object_target(flags: int) -> tuple[str, dict[str, str]]:
 
 
 def read_metadata(data: bytes) -> Any:
-    """The msgpack NT_AMDGPU_METADATA note of a code object, decoded."""
+    """The msgpack NT_AMDGPU_METADATA note of a code object, decoded (INVALID_BINARY when
+    missing or malformed)."""
     import msgpack
     from elftools.elf.elffile import ELFFile
-    elf = ELFFile(io.BytesIO(data))
-    for sec in elf.iter_sections():
-        if sec["sh_type"] != "SHT_NOTE":
-            continue
-        data = sec.data()
-        off = 0
-        while off + 12 <= len(data):
-            namesz, descsz, ntype = struct.unpack_from("<III", data, off)
-            name = data[off + 12:off + 12 + namesz].rstrip(b"\0")
-            desc_off = off + 12 + ((namesz + 3) & ~3)
-            desc = data[desc_off:desc_off + descsz]
-            off = desc_off + ((descsz + 3) & ~3)
-            if name == b"AMDGPU" and ntype == NT_AMDGPU_METADATA:
-                return msgpack.unpackb(desc, raw=False)
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        for sec in elf.iter_sections():
+            if sec["sh_type"] != "SHT_NOTE":
+                continue
+            notes = sec.data()
+            off = 0
+            while off + 12 <= len(notes):
+                namesz, descsz, ntype = struct.unpack_from("<III", notes, off)
+                name = notes[off + 12:off + 12 + namesz].rstrip(b"\0")
+                desc_off = off + 12 + ((namesz + 3) & ~3)
+                desc = notes[desc_off:desc_off + descsz]
+                off = desc_off + ((descsz + 3) & ~3)
+                if name == b"AMDGPU" and ntype == NT_AMDGPU_METADATA:
+                    return msgpack.unpackb(desc, raw=False, strict_map_key=False)
+    except Exception as exc:        # noqa: BLE001 - pyelftools and msgpack raise many kinds
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"malformed AMDGPU code object metadata: {type(exc).__name__}: "
+                           f"{exc}") from None
     raise OffloadError(ErrorCode.INVALID_BINARY,
                        "AMDGPU code object has no NT_AMDGPU_METADATA note")
+
+
+_ARG_FIELDS = {".offset": int, ".size": int, ".value_kind": str}
+
+
+def kernel_metadata(data: bytes) -> dict[str, dict]:
+    """Kernel name -> its metadata map (with `.args` checked: a list of maps with integer
+    `.offset`/`.size` and a string `.value_kind`), from a code object's metadata note."""
+    meta = read_metadata(data)
+
+    def bad(what: str) -> OffloadError:
+        return OffloadError(ErrorCode.INVALID_BINARY, f"malformed AMDGPU metadata: {what}")
+
+    if not isinstance(meta, dict):
+        raise bad(f"the note holds {type(meta).__name__}, not a map")
+    kernels = meta.get("amdhsa.kernels", [])
+    if not isinstance(kernels, list):
+        raise bad("amdhsa.kernels is not a list")
+    out: dict[str, dict] = {}
+    for k in kernels:
+        if not isinstance(k, dict) or not isinstance(k.get(".name"), str):
+            raise bad("a kernel entry without a .name string")
+        args = k.get(".args", [])
+        if not isinstance(args, list):
+            raise bad(f"kernel {k['.name']!r}: .args is not a list")
+        for i, a in enumerate(args):
+            if not isinstance(a, dict):
+                raise bad(f"kernel {k['.name']!r}: argument {i} is not a map")
+            for field, kind in _ARG_FIELDS.items():
+                if not isinstance(a.get(field), kind) or isinstance(a.get(field), bool):
+                    raise bad(f"kernel {k['.name']!r}: argument {i} has no {kind.__name__} "
+                              f"{field}")
+            if a[".offset"] < 0 or not 0 < a[".size"] <= 4096:
+                raise bad(f"kernel {k['.name']!r}: argument {i} has offset {a['.offset']} "
+                          f"and size {a['.size']}")
+        seg = k.get(".kernarg_segment_size", 0)
+        if not isinstance(seg, int) or not 0 <= seg <= 1 << 20:
+            raise bad(f"kernel {k['.name']!r}: .kernarg_segment_size {seg!r}")
+        out[k[".name"]] = k
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from ..targets import code_object_target, read_metadata, target_features
+from ..targets import code_object_target, kernel_metadata, target_features
 from ._hsa_runtime import (
     HSA,
     HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
@@ -204,8 +204,7 @@ class AMDGPUDevice(GenericDevice):
         except OffloadError:
             hsa.lib.hsa_code_object_reader_destroy(reader[0])
             raise
-        meta = read_metadata(binary.data)
-        kernels = {k[".name"]: k for k in meta.get("amdhsa.kernels", [])}
+        kernels = kernel_metadata(binary.data)
         return exe[0], reader[0], kernels
 
     def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
@@ -234,6 +233,12 @@ class AMDGPUDevice(GenericDevice):
                                f"kernel '{name}' has no entry in the code object's metadata")
         size = max(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE],
                    md.get(".kernarg_segment_size", 0))
+        for a in md.get(".args", []):
+            if a[".offset"] + a[".size"] > max(size, 8):
+                raise OffloadError(ErrorCode.INVALID_BINARY,
+                                   f"kernel '{name}': argument at offset {a['.offset']} "
+                                   f"({a['.size']} bytes) lies past its {size}-byte kernarg "
+                                   f"segment")
         k = _Kernel(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT], size,
                     values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE],
                     values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE],

@@ -150,37 +150,43 @@ def check_arguments(kernel: str, params: Sequence[Param], args: Sequence[Any]) -
                            f"kernel '{kernel}' takes {len(params)} argument(s) "
                            f"({', '.join(p.decl for p in params)}), {len(args)} given")
     for i, (p, a) in enumerate(zip(params, args, strict=True)):
-        where = f"kernel '{kernel}', parameter {i} ({p.decl})"
-        if isinstance(a, np.ndarray):
-            if not p.pointer:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected a scalar, got an array "
-                                   f"{a.dtype}[{', '.join(map(str, a.shape))}]")
-            if not _dtype_fits(p, a.dtype):
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected an array of {_numpy_name(p)}, got "
-                                   f"{a.dtype}[{', '.join(map(str, a.shape))}]; convert it "
-                                   f"(a.astype(...)) or fix the kernel's parameter type")
-        elif isinstance(a, (bool, np.bool_)):
-            if p.pointer:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected an array or a device address, got bool")
-        elif isinstance(a, (int, np.integer)):
-            pass                           # integers, device addresses, and ints for floats
-        elif isinstance(a, (float, np.floating)):
-            if p.pointer:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected an array or a device address (int), "
-                                   f"got float {a!r}")
-            if p.kind in ("i", "u", "b", "char"):
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected an integer, got float {a!r}")
-        elif isinstance(a, (bytes, bytearray)) and not p.pointer:
-            if p.size and len(a) != p.size:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"{where}: expected {p.size} bytes, got {len(a)}")
-        else:
+        problem = _misfit(p, a)
+        if problem:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"{where}: cannot pass {type(a).__name__} "
-                               f"({'an array or a device address' if p.pointer else 'a number'}"
-                               f" expected)")
+                               f"kernel '{kernel}', parameter {i} ({p.decl}): {problem}")
+
+
+def _shape(a: np.ndarray) -> str:
+    return f"{a.dtype}[{', '.join(map(str, a.shape))}]"
+
+
+def _misfit(p: Param, a: Any) -> str | None:
+    """Why `a` does not fit `p` (None when it does); messages made only on failure."""
+    t = type(a)
+    if t is int:
+        return None                        # integers, device addresses, ints for floats
+    if t is np.ndarray:
+        if not p.pointer:
+            return f"expected a scalar, got an array {_shape(a)}"
+        if not _dtype_fits(p, a.dtype):
+            return (f"expected an array of {_numpy_name(p)}, got {_shape(a)}; convert it "
+                    f"(a.astype(...)) or fix the kernel's parameter type")
+        return None
+    if isinstance(a, (bool, np.bool_)):
+        return "expected an array or a device address, got bool" if p.pointer else None
+    if isinstance(a, (int, np.integer)):
+        return None
+    if isinstance(a, (float, np.floating)):
+        if p.pointer:
+            return f"expected an array or a device address (int), got float {a!r}"
+        if p.kind in ("i", "u", "b", "char"):
+            return f"expected an integer, got float {a!r}"
+        return None
+    if isinstance(a, np.ndarray):          # a subclass
+        return _misfit(p, np.asarray(a))
+    if isinstance(a, (bytes, bytearray)) and not p.pointer:
+        if p.size and len(a) != p.size:
+            return f"expected {p.size} bytes, got {len(a)}"
+        return None
+    return (f"cannot pass {type(a).__name__} "
+            f"({'an array or a device address' if p.pointer else 'a number'} expected)")
