@@ -12,7 +12,7 @@ from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .runtime import Handle, operation
+from .runtime import Handle, Runtime, operation
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
 
@@ -118,10 +118,12 @@ class target_data:
         self._device = device
         self._items: list[MapItem] = []
         self._dev: Device | None = None
+        self._rt: Runtime | None = None
 
     @operation
     def __enter__(self) -> target_data:
-        self._dev = _current().construct_device(self._device)
+        self._rt = _current()
+        self._dev = self._rt.construct_device(self._device)
         if self._dev is not None:
             items = map_items(self._maps, MapType.TO | MapType.FROM, "target_data")
             self._dev.table.target_data_begin(items)
@@ -131,6 +133,8 @@ class target_data:
 
     @operation
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._rt is not None and self._rt.is_shut:
+            return                        # shut down meanwhile: its mappings went with it
         if self._dev is not None and self._items:
             items, self._items = self._items, []
             for it in items:            # clang drops `present` from the end of a data region
@@ -273,9 +277,14 @@ class Pinned:
                                    f"already unlocked: 0x{self.host:x} ({self.size} bytes) "
                                    f"on device {self.device}")
             self._locked = False
-        if self._runtime.is_shut:  # torn down since: the pin went with it
+        rt = self._runtime
+        if rt.is_shut or rt.closing:       # torn down (or going): the pin goes with it
             return
-        self._dev.unlock(self.host)
+        try:
+            operation(self._dev.unlock)(self.host)
+        except OffloadError as exc:
+            if exc.code is not ErrorCode.UNINITIALIZED:
+                raise                      # shutting down meanwhile: the pin goes with it
 
     def __enter__(self) -> Pinned:
         return self

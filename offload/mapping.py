@@ -461,23 +461,19 @@ class MappingTable:
             e.busy += 1
             return e
 
-    def entries_of(self, items: Sequence[MapItem]) -> list[HostDataToTarget]:
-        """The entries holding the items (each once)."""
+    def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
+        """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
+        once; return them for `release_busy`."""
         out: list[HostDataToTarget] = []
-        if not items:
+        if not ranges:
             return out
         with self._lock:
-            for it in items:
-                if it.size:
-                    e, inside = self._find(it.host, it.size)
-                    if e is not None and e not in out:
-                        out.append(e)
+            for p, n in ranges:
+                e = self._find(p, max(n, 1))[0]
+                if e is not None and e not in out:
+                    e.busy += 1
+                    out.append(e)
         return out
-
-    def mark_busy(self, entries: Sequence[HostDataToTarget]) -> None:
-        with self._lock:
-            for e in entries:
-                e.busy += 1
 
     def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
         with self._lock:

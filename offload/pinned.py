@@ -85,11 +85,14 @@ class PinnedMap:
         self._entries.insert(i, e)
 
     def _remove(self, e: PinnedEntry) -> None:
+        """Take `e` out of the map (a no-op when it is gone already: cleared at teardown)."""
         i = bisect.bisect_left(self._starts, e.host)
-        while self._entries[i] is not e:
+        entries = self._entries
+        while i < len(entries) and entries[i] is not e:
             i += 1
-        del self._starts[i]
-        del self._entries[i]
+        if i < len(entries):
+            del self._starts[i]
+            del entries[i]
 
     @staticmethod
     def _settle(e: PinnedEntry) -> None:

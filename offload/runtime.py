@@ -7,6 +7,7 @@ import collections
 import concurrent.futures
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -233,6 +234,42 @@ class _Process:
 
 _process = _Process()
 _tls = threading.local()          # .rt: the runtime of the operation this thread is in
+_MAIN = threading.main_thread().ident
+
+
+class _Sigint:
+    """Ctrl-C that arrived while the main thread was inside an operation."""
+
+    pending = False
+    installed = False
+
+
+def _deferring_sigint(signum: int, frame: Any) -> None:
+    """SIGINT handler: inside an operation, remember the interrupt (the operation finishes
+    and its tables stay consistent, then KeyboardInterrupt is raised); else raise now."""
+    if getattr(_tls, "rt", None) is not None:
+        _Sigint.pending = True
+        return
+    raise KeyboardInterrupt
+
+
+def _install_sigint_deferral() -> None:
+    """Replace Python's default SIGINT handler (only that one, and only from the main
+    thread) by one that never interrupts an operation half-way."""
+    if _Sigint.installed or threading.get_ident() != _MAIN:
+        return
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _deferring_sigint)
+        _Sigint.installed = True
+    except (ValueError, OSError):   # not the main interpreter, or no signals here
+        pass
+
+
+def _deliver_sigint() -> None:
+    if _Sigint.pending and threading.get_ident() == _MAIN:
+        _Sigint.pending = False
+        raise KeyboardInterrupt
 
 SHUTDOWN_WAIT_S = 10.0            # how long shutdown waits for operations in flight
 
@@ -258,6 +295,7 @@ def current() -> Runtime:
         if rt is None:
             rt = _process.live = Runtime(_config.read())
             _process.shut = None
+            _install_sigint_deferral()
         elif rt.closing:
             raise _unavailable("is shutting down")
         return rt
@@ -288,6 +326,8 @@ def operation(fn: F) -> F:
         finally:
             tls.rt = None
             inflight.pop()
+            if _Sigint.pending:
+                _deliver_sigint()          # Ctrl-C during the operation: now it is done
     return wrapper  # type: ignore[return-value]
 
 

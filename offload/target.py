@@ -124,8 +124,8 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
             table.target_data_begin(items, queue)
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
-            busy = table.entries_of(items)
-            table.mark_busy(busy)
+            busy = table.mark_busy_for([(it.host, it.size) for it in items] +
+                                       [sp for sp in spans if sp is not None])
             try:
                 kargs = [kernel_arg(table, items, a, sp)
                          for a, sp in zip(args, spans, strict=True)]
@@ -158,7 +158,9 @@ def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
         if e is None:
             e = table.overlapping(p, n)
         if e is None:
-            return 0
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"kernel argument at 0x{p:x} ({n} bytes) is no longer mapped "
+                               f"(another thread unmapped it); map it in the region's clauses")
         return e.tgt_begin + (p - e.hst_begin)
     if isinstance(a, np.generic):
         return a.item()

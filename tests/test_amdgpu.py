@@ -454,3 +454,39 @@ def test_machine_table_matches_the_compiler(tmp_path):
         assert targets.code_object_target(flags)[0] == proc, (proc, hex(flags))
         checked.append(proc)
     assert len(checked) >= 30, checked
+
+
+# ---- hardening (issue 11): fuzzed code objects, the stress run on the simulator -------------
+def test_fuzzed_code_objects_give_offload_errors(code_objects):
+    """At least 500 mutants of a real gfx90a code object (its metadata note included):
+    only OffloadError escapes parsing, target checks and metadata reading."""
+    import time
+
+    from tests.test_hardening import _mutants, parse_everything
+    data = open(code_objects["gfx90a"], "rb").read()
+    note = data.find(b"amdhsa.kernels")
+    assert note > 0
+    deadline = time.monotonic() + 120
+    n = 0
+    for mutant in _mutants(data, 600, seed=7):
+        parse_everything(mutant)
+        n += 1
+        if time.monotonic() > deadline:
+            break
+    for i, mutant in enumerate(_mutants(data[note - 64:note + 1024], 300, seed=8)):
+        parse_everything(data[:note - 64] + mutant + data[note + 1024:])   # the note itself
+        n += 1
+    assert n >= 800
+
+
+def test_sixteen_threads_mixed_stress_on_the_simulator(amd, sim, kernels):
+    """The 16-thread mixed run (OFFLOAD_STRESS_SECONDS) over both simulated agents: no
+    device allocation and no HSA lock left."""
+    from tests.test_hardening import STRESS_S, mixed_stress
+    n = mixed_stress(STRESS_S, [0, 1], kernels.add_one, seed=3,
+                     args=lambda a: (a, 0, a.size), extra=lambda a: blocks(a.size))
+    assert n > 500
+    state = offload.testing.state()
+    assert all(d["allocations"] == 0 and d["mappings"] == 0 for d in state["devices"].values())
+    assert state["pins"]["amdgpu"]["entries"] == 0
+    assert sim.hsa_sim_lock_count() == 0

@@ -306,7 +306,12 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
                                    f"cuMemHostRegister(0x{host:x}, {size}) failed: "
                                    f"{self.drv.text(rc)}")
             self.drv.check(rc, f"cuMemHostRegister(0x{host:x}, {size})")
-        return self._device_pointer(device, host)
+        try:
+            return self._device_pointer(device, host)
+        except BaseException:            # registered, but unusable: take it back
+            if first:
+                self.drv.lib.cuMemHostUnregister(_ptr(host))
+            raise
 
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
         if last:

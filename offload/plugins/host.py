@@ -85,7 +85,7 @@ class _PageLocks:
                 self._refs[p] = self._refs.get(p, 0) + 1
         try:
             self._call(_libc.mlock, lo, hi - lo)   # one call; relocking a page is harmless
-        except OffloadError:
+        except BaseException:                      # every kind: the counts must go back
             _libc.munlock(_ffi.cast("void *", lo + PAGE), max(0, hi - lo - 2 * PAGE))
             self._drop(edges)
             raise
@@ -158,7 +158,7 @@ class HostDevice(GenericDevice):
         if kind is AllocKind.HOST:
             try:
                 self.plugin.pages.lock(addr, size)
-            except OffloadError:
+            except BaseException:
                 _libc.free(out[0])
                 raise
         return addr
