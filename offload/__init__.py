@@ -21,3 +21,14 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
 
 __all__ = [*_api.__all__, *_omp.__all__, "ErrorCode", "Image", "Kernel", "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "load_image", "target"]
+
+# `offload.device` is not a function: keep the submodule out of sight (it stays importable
+# as offload.device) so `offload.device(n)` gets the hint below.
+globals().pop("device", None)
+
+
+def __getattr__(name: str) -> object:
+    if name == "device":
+        raise AttributeError("module 'offload' has no attribute 'device': list devices with "
+                             "offload.devices(), and pass device=n to a construct")
+    raise AttributeError(f"module 'offload' has no attribute {name!r}")

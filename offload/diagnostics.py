@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from .clauses import MapItem
+from .entries import HostDataToTarget, count_text
 from .errors import ErrorCode, OffloadError
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -44,3 +46,17 @@ def explicit_extension(p: int, n: int, hst: int, size: int) -> str:
 def say(device: int, msg: str) -> None:
     """One LIBOMPTARGET_INFO line on stderr."""
     print(f"omptarget device {device} info: {msg}", file=sys.stderr)
+
+
+def dump_table(number: int, entries: Sequence[HostDataToTarget], where: str) -> str:
+    """A mapping table as LLVM's dumpTargetPointerMappings prints it, every line prefixed
+    `omptarget device N info:`."""
+    head = f"omptarget device {number} info: "
+    lines = [f"{head}OpenMP Host-Device pointer mappings after block at {where}:",
+             f"{head}{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount HoldRefCount "
+             f"Declaration"]
+    for e in entries:
+        lines.append(f"{head}0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} {e.size:<8} "
+                     f"{count_text(e.dyn):<11} {count_text(e.hold):<12} "
+                     f"{e.name or 'unknown'} at {e.where}")
+    return "\n".join(lines)

@@ -10,7 +10,6 @@ reference whatever the clause order, and each copy happens once.
 from __future__ import annotations
 
 import bisect
-import math
 import sys
 import threading
 from collections.abc import Sequence
@@ -18,49 +17,13 @@ from typing import Any
 
 from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info
-from .diagnostics import caller, error, explicit_extension, present_missing, say
+from .diagnostics import caller, dump_table, error, explicit_extension, present_missing, say
+from .entries import INF, HostDataToTarget, count_text
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, GenericPlugin
 
 __all__ = ["INF", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
            "map_items"]
-
-INF = math.inf
-
-
-class HostDataToTarget:
-    """One mapping: host range -> device range, with dynamic and hold counts."""
-
-    __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready", "failed", "where", "busy")
-
-    def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
-                 owned: bool = True):
-        self.hst_begin = hst
-        self.hst_end = hst + size
-        self.tgt_begin = tgt
-        self.dyn: float = 0
-        self.hold: float = 0
-        self.owner = owner
-        self.name = name
-        self.pinned = False
-        self.owned = owned
-        self.ready: threading.Lock | None = None    # held until allocated and filled
-        self.failed = False
-        self.where = "unknown:0:0"                  # where it was mapped (table dumps)
-        self.busy = 0                               # operations in flight using it
-
-    @property
-    def size(self) -> int:
-        return self.hst_end - self.hst_begin
-
-    def total(self) -> float:
-        return self.dyn + self.hold
-
-    def __repr__(self) -> str:
-        return (f"HostDataToTarget(0x{self.hst_begin:x}+{self.size} -> 0x{self.tgt_begin:x}, "
-                f"dyn={self.dyn}, hold={self.hold})")
-
 
 # plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
 _TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
@@ -68,10 +31,6 @@ _IMPLICIT, _PRESENT, _HOLD = 0x200, 0x1000, 0x2000
 _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
                                                int(Info.MAPPING_CHANGED),
                                                int(Info.DATA_TRANSFER))
-
-
-def _count(v: float) -> str:
-    return "INF" if v == INF else str(int(v))
 
 
 class _Construct:
@@ -155,18 +114,8 @@ class MappingTable:
             return list(self._entries)
 
     def dump(self, where: str | None = None) -> str:
-        """The table as LLVM's dumpTargetPointerMappings prints it (every line prefixed
-        `omptarget device N info:`)."""
-        head = f"omptarget device {self.number} info: "
-        lines = [f"{head}OpenMP Host-Device pointer mappings after block at "
-                 f"{where or caller()}:",
-                 f"{head}{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount "
-                 f"HoldRefCount Declaration"]
-        for e in self.entries():
-            lines.append(f"{head}0x{e.hst_begin:016x} 0x{e.tgt_begin:016x} {e.size:<8} "
-                         f"{_count(e.dyn):<11} {_count(e.hold):<12} "
-                         f"{e.name or 'unknown'} at {e.where}")
-        return "\n".join(lines)
+        """The table as LLVM's dumpTargetPointerMappings prints it."""
+        return dump_table(self.number, self.entries(), where or caller())
 
     def dump_if_asked(self) -> None:
         """Print the table when LIBOMPTARGET_INFO has DUMP_TABLE (after each construct)."""
@@ -264,7 +213,7 @@ class MappingTable:
             if self.info & _I_EXISTS:
                 self._say(f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
                           f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
-                          f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
+                          f"DynRefCount={count_text(e.dyn)}, HoldRefCount={count_text(e.hold)}, "
                           f"Name={it.name or 'unknown'}")
             # LLVM: copy when the entry is new *for this region* (an earlier clause of the
             # construct made it), or always
@@ -286,8 +235,8 @@ class MappingTable:
             if self.info & _I_CHANGED:
                 self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
                           f"TgtAllocBegin=0x{e.tgt_begin:x}, TgtPtrBegin=0x{e.tgt_begin:x}, "
-                          f"Size={n}, DynRefCount={_count(e.dyn)}, "
-                          f"HoldRefCount={_count(e.hold)}, Name={it.name or 'unknown'}")
+                          f"Size={n}, DynRefCount={count_text(e.dyn)}, "
+                          f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
             e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
                                                       it.read_only) is not None
             if int(it.type) & _TO:
@@ -402,8 +351,8 @@ class MappingTable:
                 elif self.info & _I_EXISTS:
                     self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
                               f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
-                              f"DynRefCount={_count(e.dyn)}, HoldRefCount={_count(e.hold)}, "
-                              f"Name={it.name or 'unknown'}")
+                              f"DynRefCount={count_text(e.dyn)}, "
+                              f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
             else:
                 last = False
         if not copy_back:

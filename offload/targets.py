@@ -7,6 +7,7 @@ import struct
 from typing import Any
 
 from .errors import ErrorCode, OffloadError
+from .plugins.args import Param, scalar_kind
 
 
 def cubin_sm(flags: int, abiversion: int) -> int:
@@ -119,3 +120,27 @@ def kernel_metadata(data: bytes) -> dict[str, dict]:
             raise bad(f"kernel {k['.name']!r}: .kernarg_segment_size {seg!r}")
         out[k[".name"]] = k
     return out
+
+
+def metadata_param(meta: dict) -> Param:
+    """A Param from a code object's kernarg metadata (.value_kind, .size, .type_name)."""
+    kind, size = meta.get(".value_kind", ""), int(meta.get(".size", 0))
+    type_name = str(meta.get(".type_name", "")).strip()
+    if kind in ("global_buffer", "dynamic_shared_pointer"):
+        if type_name.endswith("*"):
+            base = type_name[:-1].replace("__global", "").strip()
+            return Param(type_name, True, scalar_kind(base) if base != "void" else "void",
+                         _C_SIZES.get(base, 0))
+        return Param(type_name or kind, True, None)
+    if kind == "by_value":
+        if type_name in _C_SIZES:
+            return Param(type_name, False, scalar_kind(type_name), size)
+        return Param(type_name or f"{size}-byte value", False, None, size)
+    return Param(type_name or kind, False, None, size)
+
+
+_C_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2,
+            "int": 4, "unsigned int": 4, "long": 8, "unsigned long": 8, "long long": 8,
+            "unsigned long long": 8, "float": 4, "double": 8, "_Float16": 2, "bool": 1,
+            "_Bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
+            "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "size_t": 8}

@@ -34,3 +34,11 @@ def run_threads(work: Callable[..., Any], args: Iterable[Sequence[Any]] = (),
     stuck = sum(t.is_alive() for t in threads)
     assert not stuck, f"{stuck} worker thread(s) still running after {timeout} s"
     assert not errors, f"{len(errors)} worker(s) failed:\n" + "\n".join(errors)
+
+
+def background(work: Callable[..., Any], *args: Any, **kwargs: Any) -> threading.Thread:
+    """Start work(*args, **kwargs) on a daemon thread and return it (for tests that watch
+    a thread while it runs: join it with a timeout, check is_alive())."""
+    t = threading.Thread(target=work, args=args, kwargs=kwargs, daemon=True)
+    t.start()
+    return t

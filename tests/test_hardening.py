@@ -15,7 +15,7 @@ import pytest
 
 import offload
 from offload import ErrorCode, OffloadError
-from tests.harness import run_threads
+from tests.harness import background, run_threads
 
 from .conftest import page_aligned, vmlck_kb
 
@@ -67,9 +67,7 @@ def test_shutdown_while_threads_work(rt, k):
                 assert exc.code is ErrorCode.UNINITIALIZED, exc
                 seen.add("refused")
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
+    threads = [background(work, i) for i in range(8)]
     for _ in range(5):
         time.sleep(0.05)
         offload.shutdown()
@@ -169,8 +167,7 @@ def test_fault_injection_with_real_interrupts(rt, k):
 
     interrupts = ops = 0
     deadline = time.monotonic() + min(STRESS_S, 20)
-    t = threading.Thread(target=sender, daemon=True)
-    t.start()
+    t = background(sender)
 
     def loop():
         nonlocal interrupts, ops
@@ -217,19 +214,9 @@ def test_page_lock_clean_up_runs_for_any_exception(recording):
     and the OS agreeing (LLVM's pins leak here)."""
     a = page_aligned(4 * PAGE)
     base = vmlck_kb()
-    real = type(recording)._lock_impl
-
-    def broken(self, device, host, size, first, read_only):
-        real(self, device, host, size, first, read_only)    # pinned ...
-        raise TypeError("an unexpected failure after the pin")
-
-    type(recording)._lock_impl = broken
-    try:
-        with pytest.raises(TypeError):
-            offload.lock(a, device=0)
-    finally:
-        type(recording)._lock_impl = real
-    assert pins()["entries"] == 0 if "host" in offload.testing.state()["pins"] else True
+    recording.fail_after_pin = TypeError("an unexpected failure after the pin")
+    with pytest.raises(TypeError):
+        offload.lock(a, device=0)
     assert offload.testing.state()["pins"]["recording"]["entries"] == 0
     assert vmlck_kb() == base + 4 * PAGE // 1024        # the hook's own mlock ...
     recording.pages.unlock(a.ctypes.data, a.nbytes)     # ... (the double leaked it)
@@ -514,9 +501,7 @@ def test_delete_during_a_nowait_target_waits_for_its_kernel(rt, k):
     offload.target_enter_data(offload.to(flag), device=0)
     h = offload.target(k.spin, flag, device=0, nowait=True)
     dev_flag = offload.omp_get_mapped_ptr(flag, 0)
-    deleter = threading.Thread(
-        target=lambda: offload.target_exit_data(offload.delete(flag), device=0))
-    deleter.start()
+    deleter = background(offload.target_exit_data, offload.delete(flag), device=0)
     deleter.join(0.2)
     assert deleter.is_alive() and not h.done()         # the exit waits for the kernel
     one = np.ones(1, np.int32)

@@ -13,7 +13,7 @@ from typing import Any
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from ..targets import code_object_target, kernel_metadata, target_features
+from ..targets import code_object_target, kernel_metadata, metadata_param, target_features
 from ._hsa_runtime import (
     HSA,
     HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
@@ -45,7 +45,7 @@ from ._hsa_runtime import (
     ffi,
     uint,
 )
-from .args import Param, pack_scalar, params_from_prototype, scalar_kind
+from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = ffi
@@ -321,30 +321,6 @@ class AMDGPUDevice(GenericDevice):
                 "processor": self.processor,
                 "target features": ", ".join(f"{k}={v}" for k, v in sorted(self.features.items()))
                 or "none", "compute units": cus[0]}
-
-
-def metadata_param(meta: dict) -> Param:
-    """A Param from a code object's kernarg metadata (.value_kind, .size, .type_name)."""
-    kind, size = meta.get(".value_kind", ""), int(meta.get(".size", 0))
-    type_name = str(meta.get(".type_name", "")).strip()
-    if kind in ("global_buffer", "dynamic_shared_pointer"):
-        if type_name.endswith("*"):
-            base = type_name[:-1].replace("__global", "").strip()
-            return Param(type_name, True, scalar_kind(base) if base != "void" else "void",
-                         _C_SIZES.get(base, 0))
-        return Param(type_name or kind, True, None)
-    if kind == "by_value":
-        if type_name in _C_SIZES:
-            return Param(type_name, False, scalar_kind(type_name), size)
-        return Param(type_name or f"{size}-byte value", False, None, size)
-    return Param(type_name or kind, False, None, size)
-
-
-_C_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2,
-            "int": 4, "unsigned int": 4, "long": 8, "unsigned long": 8, "long long": 8,
-            "unsigned long long": 8, "float": 4, "double": 8, "_Float16": 2, "bool": 1,
-            "_Bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
-            "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "size_t": 8}
 
 
 def _pack_arg(buf: bytearray, meta: dict, value: Any, kernel: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -190,3 +190,17 @@ def _misfit(p: Param, a: Any) -> str | None:
         return None
     return (f"cannot pass {type(a).__name__} "
             f"({'an array or a device address' if p.pointer else 'a number'} expected)")
+
+
+@dataclass
+class GenericKernel:
+    """A kernel found in a loaded binary: the vendor's handle and its parameters."""
+
+    name: str
+    handle: Any
+    #: one entry per explicit parameter, in the vendor's terms (sizes, C types, metadata)
+    params: list = field(default_factory=list)
+    #: the parameter list for messages, e.g. "int *a, long n"
+    signature: str = ""
+    #: parameter types for checking arguments (None: only their number is checked)
+    types: list[Param] | None = None

@@ -11,7 +11,6 @@ import bisect
 import contextlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..config import Config, LockMapped
@@ -19,27 +18,13 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind, PinnedMap
 from ._libc import memmove
-from .args import Param, check_arguments, check_kernel_args, pack_scalar
+from .args import GenericKernel, check_arguments, check_kernel_args, pack_scalar
 from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .staging import Staging
 
 __all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "check_kernel_args",
            "memmove", "pack_scalar"]
-
-
-@dataclass
-class GenericKernel:
-    """A kernel found in a loaded binary: the vendor's handle and its parameters."""
-
-    name: str
-    handle: Any
-    #: one entry per explicit parameter, in the vendor's terms (sizes, C types, metadata)
-    params: list = field(default_factory=list)
-    #: the parameter list for messages, e.g. "int *a, long n"
-    signature: str = ""
-    #: parameter types for checking arguments (None: only their number is checked)
-    types: list[Param] | None = None
 
 
 class GenericDevice:

@@ -39,6 +39,7 @@ class RecordingPlugin(HostPlugin):
         super().__init__(config)
         self.calls: list[tuple] = []
         self.fail_allocs = 0           # this many next allocations run out of memory
+        self.fail_after_pin = None     # an exception the next pin raises once it pinned
         self._rec_lock = threading.Lock()
 
     def record(self, *call) -> None:
@@ -47,7 +48,11 @@ class RecordingPlugin(HostPlugin):
 
     def _lock_impl(self, device, host, size, first, read_only):
         self.record("lock", device, host, size, first)
-        return super()._lock_impl(device, host, size, first, read_only)
+        addr = super()._lock_impl(device, host, size, first, read_only)
+        exc, self.fail_after_pin = self.fail_after_pin, None
+        if exc is not None:
+            raise exc
+        return addr
 
     def _unlock_impl(self, device, host, size, last):
         self.record("unlock", device, host, size, last)
