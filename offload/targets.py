@@ -144,3 +144,29 @@ _C_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsign
             "unsigned long long": 8, "float": 4, "double": 8, "_Float16": 2, "bool": 1,
             "_Bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
             "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "size_t": 8}
+
+
+def check_code_object(binary: Any, device: tuple[int, str, dict, str] | None) -> None:
+    """INVALID_BINARY naming the mismatch unless `binary` is an AMDGPU code object for
+    `device` = (number, processor, xnack/sramecc settings, ISA name); None: any GPU."""
+    if binary.format != "elf" or binary.header.machine != "EM_AMDGPU":
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"image is {binary.describe()}, not an AMDGPU code object")
+    e = binary.header
+    if e.type != "ET_DYN":
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"AMDGPU code object must be ET_DYN (a linked shared object), "
+                           f"not {e.type}")
+    if device is None:
+        return
+    number, processor, features, isa = device
+    proc, feats = code_object_target(e.flags)
+    if proc != processor:
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"code object is for {proc}, device {number} is {processor} ({isa})")
+    for feat, setting in feats.items():
+        want = features.get(feat)
+        if setting in ("on", "off") and want is not None and want != setting:
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"code object has {feat} {setting}, device {number} runs with "
+                               f"{feat} {want} ({isa})")

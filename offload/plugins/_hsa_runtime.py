@@ -48,6 +48,15 @@ typedef struct hsa_kernel_dispatch_packet_s {
   hsa_signal_t completion_signal;
 } hsa_kernel_dispatch_packet_t;
 
+typedef struct hsa_barrier_and_packet_s {
+  uint16_t header;
+  uint16_t reserved0;
+  uint32_t reserved1;
+  hsa_signal_t dep_signal[5];
+  uint64_t reserved2;
+  hsa_signal_t completion_signal;
+} hsa_barrier_and_packet_t;
+
 typedef struct hsa_amd_pointer_info_s {
   uint32_t size;
   int type;
@@ -73,6 +82,8 @@ hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent,
     hsa_status_t (*callback)(hsa_amd_memory_pool_t memory_pool, void *data), void *data);
 hsa_status_t hsa_amd_memory_pool_get_info(hsa_amd_memory_pool_t memory_pool, int attribute,
                                           void *value);
+hsa_status_t hsa_amd_agent_memory_pool_get_info(hsa_agent_t agent,
+    hsa_amd_memory_pool_t memory_pool, int attribute, void *value);
 hsa_status_t hsa_amd_memory_pool_allocate(hsa_amd_memory_pool_t memory_pool, size_t size,
                                           uint32_t flags, void **ptr);
 hsa_status_t hsa_amd_memory_pool_free(void *ptr);
@@ -82,6 +93,7 @@ hsa_status_t hsa_signal_create(hsa_signal_value_t initial_value, uint32_t num_co
                                const hsa_agent_t *consumers, hsa_signal_t *signal);
 hsa_status_t hsa_signal_destroy(hsa_signal_t signal);
 void hsa_signal_store_screlease(hsa_signal_t signal, hsa_signal_value_t value);
+void hsa_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value);
 hsa_signal_value_t hsa_signal_load_scacquire(hsa_signal_t signal);
 hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition,
                                              hsa_signal_value_t compare_value,
@@ -107,6 +119,7 @@ hsa_status_t hsa_executable_load_agent_code_object(hsa_executable_t executable,
     hsa_loaded_code_object_t *loaded_code_object);
 hsa_status_t hsa_executable_freeze(hsa_executable_t executable, const char *options);
 hsa_status_t hsa_executable_destroy(hsa_executable_t executable);
+hsa_status_t hsa_executable_validate(hsa_executable_t executable, uint32_t *result);
 hsa_status_t hsa_executable_get_symbol_by_name(hsa_executable_t executable,
     const char *symbol_name, const hsa_agent_t *agent, hsa_executable_symbol_t *symbol);
 hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t executable_symbol,
@@ -124,6 +137,19 @@ HSA_STATUS_SUCCESS = 0x0
 HSA_STATUS_INFO_BREAK = 0x1
 HSA_STATUS_ERROR_INVALID_ARGUMENT = 0x1001
 HSA_STATUS_ERROR_OUT_OF_RESOURCES = 0x1008
+HSA_STATUS_ERROR_INVALID_PACKET_FORMAT = 0x1009
+HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS = 0x100D
+HSA_STATUS_ERROR_EXCEPTION = 0x1016
+HSA_AGENT_INFO_FEATURE = 2
+HSA_AGENT_INFO_WORKGROUP_MAX_SIZE = 8
+HSA_AGENT_INFO_GRID_MAX_SIZE = 10
+HSA_AGENT_FEATURE_KERNEL_DISPATCH = 1
+HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS = 0
+HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED = 0
+HSA_EXECUTABLE_SYMBOL_INFO_TYPE = 0
+HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK = 15
+HSA_SYMBOL_KIND_KERNEL = 1
+HSA_PACKET_TYPE_BARRIER_AND = 3
 HSA_AGENT_INFO_NAME = 0
 HSA_AGENT_INFO_DEVICE = 17
 HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT = 0xA002
@@ -151,6 +177,7 @@ HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE = 11
 HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE = 13
 HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE = 14
 HSA_QUEUE_TYPE_MULTI = 0
+HSA_PACKET_TYPE_INVALID = 1
 HSA_PACKET_TYPE_KERNEL_DISPATCH = 2
 HSA_PACKET_HEADER_TYPE = 0
 HSA_PACKET_HEADER_BARRIER = 8
@@ -184,6 +211,85 @@ class HSA:
         if status != HSA_STATUS_SUCCESS:
             raise OffloadError(_STATUS_CODES.get(status, ErrorCode.BACKEND_FAILURE),
                                f"{what} failed: {self.text(status)}")
+
+    def agent_u32(self, agent: Any, attribute: int, default: int) -> int:
+        """A 32-bit agent attribute, or `default` when the runtime does not know it."""
+        v = ffi.new("uint32_t *")
+        return v[0] if self.lib.hsa_agent_get_info(agent, attribute, v) == 0 else default
+
+    def pool_access(self, agent: Any, pool: Any) -> int:
+        """HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS of `pool` for `agent`."""
+        v = ffi.new("int *")
+        self.check(self.lib.hsa_amd_agent_memory_pool_get_info(
+            agent, pool, HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS, v),
+            "hsa_amd_agent_memory_pool_get_info(ACCESS)")
+        return int(v[0])
+
+    def allow_access(self, agents: list[Any], address: int) -> None:
+        """hsa_amd_agents_allow_access for `agents` on the allocation at `address`."""
+        if not agents:
+            return
+        arr = ffi.new("hsa_agent_t[]", agents)
+        self.check(self.lib.hsa_amd_agents_allow_access(len(agents), arr, ffi.NULL,
+                                                        ffi.cast("void *", address)),
+                   "hsa_amd_agents_allow_access")
+
+    def symbol_info(self, sym: Any, attribute: int, ctype: str) -> Any:
+        v = ffi.new(ctype)
+        self.check(self.lib.hsa_executable_symbol_get_info(sym, attribute, v),
+                   f"hsa_executable_symbol_get_info({attribute})")
+        return v[0]
+
+    def load_executable(self, agent: Any, data: bytes) -> Any:
+        """A frozen, validated executable of code object `data` for `agent` (the reader
+        is destroyed after freeze, as LLVM does; nothing leaks when a step fails)."""
+        reader = ffi.new("hsa_code_object_reader_t *")
+        buf = ffi.from_buffer(data)                    # ROCr borrows it until freeze
+        self.check(self.lib.hsa_code_object_reader_create_from_memory(buf, len(data), reader),
+                   "hsa_code_object_reader_create_from_memory")
+        exe = ffi.new("hsa_executable_t *")
+        made = False
+        try:
+            self.check(self.lib.hsa_executable_create_alt(
+                HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, ffi.NULL, exe),
+                "hsa_executable_create_alt")
+            made = True
+            self.check(self.lib.hsa_executable_load_agent_code_object(
+                exe[0], agent, reader[0], ffi.NULL, ffi.NULL),
+                "hsa_executable_load_agent_code_object")
+            self.check(self.lib.hsa_executable_freeze(exe[0], ffi.NULL), "hsa_executable_freeze")
+            result = ffi.new("uint32_t *")
+            self.check(self.lib.hsa_executable_validate(exe[0], result),
+                       "hsa_executable_validate")
+            if result[0]:
+                raise OffloadError(ErrorCode.INVALID_BINARY,
+                                   f"hsa_executable_validate found the code object invalid "
+                                   f"({result[0]:#x})")
+        except BaseException:
+            if made:
+                self.lib.hsa_executable_destroy(exe[0])
+            raise
+        finally:
+            self.lib.hsa_code_object_reader_destroy(reader[0])
+        return exe[0]
+
+    def kernel_symbol(self, exe: Any, agent: Any, name: str) -> dict[int, Any]:
+        """The symbol `name`.kd's type, kernel object, segment sizes and dynamic-stack
+        flag (NOT_FOUND when absent)."""
+        sym = ffi.new("hsa_executable_symbol_t *")
+        agent_p = ffi.new("hsa_agent_t *", agent)
+        status = self.lib.hsa_executable_get_symbol_by_name(exe, f"{name}.kd".encode(),
+                                                           agent_p, sym)
+        if status != HSA_STATUS_SUCCESS:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"kernel '{name}' ({name}.kd) not found: {self.text(status)}")
+        return {attr: self.symbol_info(sym[0], attr, ctype) for attr, ctype in (
+            (HSA_EXECUTABLE_SYMBOL_INFO_TYPE, "uint32_t *"),
+            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, "uint64_t *"),
+            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE, "uint32_t *"),
+            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE, "uint32_t *"),
+            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE, "uint32_t *"),
+            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK, "bool *"))}
 
     def agents(self) -> list[tuple[Any, int]]:
         """Every agent with its device type (HSA_DEVICE_TYPE_CPU / _GPU)."""

@@ -1,8 +1,11 @@
-"""AMDGPU plugin hooks over ROCr/HSA: agents and ISAs, memory pools (coarse-grained
-device memory, fine-grained host memory, the kernarg pool), hsa_amd_memory_lock
-pinning per agent, async copies with completion signals, code objects checked against
-the agent's target ID, kernarg layout from the NT_AMDGPU_METADATA note, AQL dispatch.
-Bindings are in _hsa_runtime.py; semantics (counts, splits, path choice) in common.py."""
+"""AMDGPU plugin hooks over ROCr/HSA, following LLVM's AMDGPU plugin (plugins-nextgen
+amdgpu/src/rtl.cpp): agents and ISAs; coarse-grained device memory, fine-grained host
+memory and a kernarg arena, each made accessible to every GPU agent that can reach it;
+one hsa_amd_memory_lock for all GPUs; async copies and AQL dispatch on in-order plugin
+queues (an operation depends only on the one before it, through barrier-AND packets);
+pooled signals; queue errors and failed copies become OffloadError; code objects checked
+against the agent's target ID; kernarg layout from the NT_AMDGPU_METADATA note.
+Bindings and the signal/kernarg pools are in _hsa_runtime.py; semantics in common.py."""
 from __future__ import annotations
 
 import threading
@@ -13,43 +16,22 @@ from typing import Any
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from ..targets import code_object_target, kernel_metadata, metadata_param, target_features
-from ._hsa_runtime import (
-    HSA,
-    HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
-    HSA_AMD_AGENT_INFO_PRODUCT_NAME,
-    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
-    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
-    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT,
-    HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT,
-    HSA_DEVICE_TYPE_CPU,
-    HSA_DEVICE_TYPE_GPU,
-    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE,
-    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
-    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT,
-    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
-    HSA_EXT_POINTER_TYPE_HSA,
-    HSA_EXT_POINTER_TYPE_LOCKED,
-    HSA_FENCE_SCOPE_SYSTEM,
-    HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
-    HSA_PACKET_HEADER_BARRIER,
-    HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE,
-    HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE,
-    HSA_PACKET_HEADER_TYPE,
-    HSA_PACKET_TYPE_KERNEL_DISPATCH,
-    HSA_PROFILE_FULL,
-    HSA_QUEUE_TYPE_MULTI,
-    HSA_SIGNAL_CONDITION_LT,
-    HSA_STATUS_SUCCESS,
-    HSA_WAIT_STATE_BLOCKED,
-    ffi,
-    uint,
-)
+from ..targets import check_code_object, kernel_metadata, metadata_param, target_features
+from . import _hsa_runtime as H
+from ._hsa_queues import AQLQueue, KernargArena, SignalPool
+from ._hsa_runtime import HSA, ffi, uint
 from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
 _ffi = ffi
-_uint = uint
+DYNAMIC_STACK = 16 << 10          # private segment for kernels with dynamic call stacks (LLVM)
+WAIT_TICKS = 50_000_000           # one wait's timeout hint; waits loop, checking queue errors
+HW_QUEUES = 4                     # hardware queues per device (LLVM: 4)
+UNSUPPORTED_HIDDEN = {"hidden_hostcall_buffer": "hostcall", "hidden_printf_buffer": "printf",
+                      "hidden_heap_v1": "a device heap", "hidden_multigrid_sync_arg":
+                      "multigrid synchronisation"}
+
+__all__ = ["AMDGPUDevice", "AMDGPUPlugin", "GPUAgent", "metadata_param"]
 
 
 @dataclass
@@ -67,15 +49,19 @@ class _Kernel:
     kernarg_size: int
     group_size: int
     private_size: int
+    max_workgroup: int
     args: list              # metadata .args entries (explicit and hidden)
 
 
 class _Queue:
-    """A plugin queue: completion signals still to wait for, and what to free then."""
+    """A plugin queue: in order. `last` is the completion signal of its latest operation
+    (the next one depends on it); what to give back once the queue has drained."""
 
-    def __init__(self) -> None:
-        self.pending: list[Any] = []
-        self.to_free: list[int] = []
+    def __init__(self, hw: Any) -> None:
+        self.hw = hw
+        self.last: Any = None
+        self.signals: list[Any] = []
+        self.kernargs: list[tuple[int, int]] = []
 
 
 class AMDGPUDevice(GenericDevice):
@@ -83,24 +69,32 @@ class AMDGPUDevice(GenericDevice):
 
     def _init_impl(self) -> None:
         info = self.plugin.gpus[self.id]
-        self.agent = info.agent
-        self.isa = info.isa
-        self.device_pool = info.pool
+        self.agent, self.isa, self.device_pool = info.agent, info.isa, info.pool
         self.processor, self.features = target_features(self.isa)
         hsa = self.plugin.hsa
-        q = _ffi.new("hsa_queue_t **")
-        hsa.check(hsa.lib.hsa_queue_create(self.agent, 4096, HSA_QUEUE_TYPE_MULTI, _ffi.NULL,
-                                           _ffi.NULL, 0xFFFFFFFF, 0xFFFFFFFF, q),
-                  "hsa_queue_create")
-        self.hsa_queue = q[0]
+        self.max_workgroup = hsa.agent_u32(self.agent, H.HSA_AGENT_INFO_WORKGROUP_MAX_SIZE,
+                                           1024)
+        self.max_grid = hsa.agent_u32(self.agent, H.HSA_AGENT_INFO_GRID_MAX_SIZE, 2**32 - 1)
+        self.error: str | None = None             # set by the queue error callback
+        self.hw_queues: list[AQLQueue] = []
+        for _ in range(HW_QUEUES):
+            q = AQLQueue(hsa, self.agent, 1024, self.plugin.queue_error_callback)
+            self.hw_queues.append(q)
+            self.plugin.queue_owner[q.id] = self
+        self._next_hw = 0
         self._dispatch_lock = threading.Lock()
+        # every GPU agent that may reach this device's memory (a peer over P2P)
+        self.peers = [g.agent for g in self.plugin.gpus
+                      if hsa.pool_access(g.agent, self.device_pool)
+                      != H.HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED]
 
     def _deinit_impl(self) -> None:
         lib = self.plugin.hsa.lib
-        for exe, reader, _ in self._loaded.values():
+        self.queues.destroy_all()
+        for exe, _ in self._loaded.values():
             lib.hsa_executable_destroy(exe)
-            lib.hsa_code_object_reader_destroy(reader)
-        lib.hsa_queue_destroy(self.hsa_queue)
+        for q in self.hw_queues:
+            q.destroy()
 
     # ---- memory -----------------------------------------------------------
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
@@ -109,13 +103,13 @@ class AMDGPUDevice(GenericDevice):
         pool = self.device_pool if kind is AllocKind.DEVICE else self.plugin.host_pool
         hsa.check(hsa.lib.hsa_amd_memory_pool_allocate(pool, size, 0, p),
                   f"hsa_amd_memory_pool_allocate({size})")
-        if kind is not AllocKind.DEVICE:
-            agents = _ffi.new("hsa_agent_t[]", [self.agent])
-            status = hsa.lib.hsa_amd_agents_allow_access(1, agents, _ffi.NULL, p[0])
-            if status != HSA_STATUS_SUCCESS:
-                hsa.lib.hsa_amd_memory_pool_free(p[0])
-                hsa.check(status, "hsa_amd_agents_allow_access")
-        return _uint(p[0])
+        agents = self.peers if kind is AllocKind.DEVICE else self.plugin.gpu_agents
+        try:
+            hsa.allow_access(agents, uint(p[0]))     # ROCr maps it to its owner only
+        except BaseException:
+            hsa.lib.hsa_amd_memory_pool_free(p[0])
+            raise
+        return uint(p[0])
 
     def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None:
         self.plugin.hsa.check(self.plugin.hsa.lib.hsa_amd_memory_pool_free(
@@ -123,29 +117,42 @@ class AMDGPUDevice(GenericDevice):
 
     def _copy(self, dst: int, dst_agent: Any, src: int, src_agent: Any, size: int,
               queue: _Queue | None) -> None:
-        hsa = self.plugin.hsa
-        sig = self.plugin.signal()
-        # in queue order: the copy waits for what the queue still runs (a kernel)
-        deps = list(queue.pending) if queue is not None else []
-        dep_array = _ffi.new("hsa_signal_t[]", deps) if deps else _ffi.NULL
-        status = hsa.lib.hsa_amd_memory_async_copy(
-            _ffi.cast("void *", dst), dst_agent, _ffi.cast("void *", src), src_agent, size,
-            len(deps), dep_array, sig)
-        if status != HSA_STATUS_SUCCESS:
-            hsa.lib.hsa_signal_destroy(sig)
-            hsa.check(status, f"hsa_amd_memory_async_copy({size} bytes)")
-        if queue is None:
-            self.plugin.wait(sig)
-        else:
-            queue.pending.append(sig)
+        own = queue is None
+        q: _Queue = self.get_queue() if queue is None else queue
+        try:
+            hsa, plugin = self.plugin.hsa, self.plugin
+            sig = plugin.signals.get()
+            dep = self._pending(q)
+            deps = _ffi.new("hsa_signal_t[]", [dep]) if dep is not None else _ffi.NULL
+            status = hsa.lib.hsa_amd_memory_async_copy(
+                _ffi.cast("void *", dst), dst_agent, _ffi.cast("void *", src), src_agent, size,
+                1 if dep is not None else 0, deps, sig)
+            if status != H.HSA_STATUS_SUCCESS:
+                plugin.signals.put(sig)
+                hsa.check(status, f"hsa_amd_memory_async_copy({size} bytes)")
+            q.last = sig
+            q.signals.append(sig)
+            if own:
+                self._sync_impl(q)
+        finally:
+            if own:
+                self.release_queue(q)
 
-    def _submit_impl(self, tgt, host, size, queue, pinned) -> None:
+    def _pending(self, q: _Queue) -> Any:
+        """The queue's last signal if it is still pending (what the next op waits for)."""
+        if q.last is not None and self.plugin.hsa.lib.hsa_signal_load_scacquire(q.last) > 0:
+            return q.last
+        return None
+
+    def _submit_impl(self, tgt: int, host: int, size: int, queue: Any,
+                     pinned: int | None) -> None:
         if pinned is None:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                "HSA copies need pinned host memory; unpinned data is staged")
         self._copy(tgt, self.agent, pinned, self._source_agent(host, pinned), size, queue)
 
-    def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
+    def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
+                       pinned: int | None) -> None:
         if pinned is None:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                "HSA copies need pinned host memory; unpinned data is staged")
@@ -155,83 +162,70 @@ class AMDGPUDevice(GenericDevice):
         """Locked memory is named by the GPU's agent address; pool memory by the CPU's."""
         return self.agent if pinned != host else self.plugin.cpu_agent
 
-    def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
+    def _exchange_impl(self, src: int, dst_device: GenericDevice, dst: int, size: int,
+                       queue: Any) -> bool:
         if not isinstance(dst_device, AMDGPUDevice):
             return False
+        # ROCr runs the copy on the source GPU, which must reach the destination memory
+        if dst_device is not self and self.agent not in dst_device.peers:
+            return False                             # no P2P: through the host
         self._copy(dst, dst_device.agent, src, self.agent, size, queue)
         return True
 
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
-        return self._alloc_impl(size, AllocKind.HOST), _Queue()
+        return self._alloc_impl(size, AllocKind.HOST), self._create_queue_impl()
 
     def _free_staging_impl(self, addr: int, queue: Any) -> None:
         self._free_impl(addr, 0, AllocKind.HOST)
 
     # ---- queues -----------------------------------------------------------
     def _create_queue_impl(self) -> _Queue:
-        return _Queue()
+        with self._dispatch_lock:
+            hw = self.hw_queues[self._next_hw % len(self.hw_queues)]
+            self._next_hw += 1
+        return _Queue(hw)
 
     def _sync_impl(self, queue: _Queue | None) -> None:
         if queue is None:
             return
-        while queue.pending:
-            self.plugin.wait(queue.pending.pop(0))
-        while queue.to_free:
-            self._free_impl(queue.to_free.pop(), 0, AllocKind.HOST)
+        plugin = self.plugin
+        try:
+            if queue.last is not None:
+                plugin.wait(queue.last, self)
+        finally:
+            queue.last = None
+            signals, queue.signals = queue.signals, []
+            kernargs, queue.kernargs = queue.kernargs, []
+            for sig in signals:
+                plugin.signals.put(sig)
+            for addr, cls in kernargs:
+                plugin.kernargs.put(addr, cls)
 
     def _query_impl(self, queue: _Queue) -> bool:
-        lib = self.plugin.hsa.lib
-        return all(lib.hsa_signal_load_scacquire(s) < 1 for s in queue.pending)
+        return self._pending(queue) is None
 
     # ---- kernels ----------------------------------------------------------
     def _load_impl(self, binary: Binary) -> Any:
         self.plugin.check_binary(binary, self)
-        hsa = self.plugin.hsa
-        reader = _ffi.new("hsa_code_object_reader_t *")
-        buf = _ffi.from_buffer(binary.data)
-        hsa.check(hsa.lib.hsa_code_object_reader_create_from_memory(buf, len(binary.data),
-                                                                    reader),
-                  "hsa_code_object_reader_create_from_memory")
-        exe = _ffi.new("hsa_executable_t *")
-        try:
-            hsa.check(hsa.lib.hsa_executable_create_alt(
-                HSA_PROFILE_FULL, HSA_DEFAULT_FLOAT_ROUNDING_MODE_DEFAULT, _ffi.NULL, exe),
-                "hsa_executable_create_alt")
-            hsa.check(hsa.lib.hsa_executable_load_agent_code_object(
-                exe[0], self.agent, reader[0], _ffi.NULL, _ffi.NULL),
-                "hsa_executable_load_agent_code_object")
-            hsa.check(hsa.lib.hsa_executable_freeze(exe[0], _ffi.NULL), "hsa_executable_freeze")
-        except OffloadError:
-            hsa.lib.hsa_code_object_reader_destroy(reader[0])
-            raise
         kernels = kernel_metadata(binary.data)
-        return exe[0], reader[0], kernels
+        return self.plugin.hsa.load_executable(self.agent, binary.data), kernels
 
     def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
-        exe, _, meta = program
-        hsa = self.plugin.hsa
-        sym = _ffi.new("hsa_executable_symbol_t *")
-        agent = _ffi.new("hsa_agent_t *", self.agent)
-        status = hsa.lib.hsa_executable_get_symbol_by_name(exe, f"{name}.kd".encode(), agent,
-                                                          sym)
-        if status != HSA_STATUS_SUCCESS:
-            raise OffloadError(ErrorCode.NOT_FOUND,
-                               f"kernel '{name}' ({name}.kd) not found: {hsa.text(status)}")
-        values = {}
-        for attr, ctype in ((HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, "uint64_t *"),
-                            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE, "uint32_t *"),
-                            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE, "uint32_t *"),
-                            (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
-                             "uint32_t *")):
-            v = _ffi.new(ctype)
-            hsa.check(hsa.lib.hsa_executable_symbol_get_info(sym[0], attr, v),
-                      f"hsa_executable_symbol_get_info({attr})")
-            values[attr] = v[0]
+        exe, meta = program
+        info = self.plugin.hsa.kernel_symbol(exe, self.agent, name)
+        if info[H.HSA_EXECUTABLE_SYMBOL_INFO_TYPE] != H.HSA_SYMBOL_KIND_KERNEL:
+            raise OffloadError(ErrorCode.INVALID_BINARY, f"symbol '{name}.kd' is not a kernel")
         md = meta.get(name)
         if md is None:
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"kernel '{name}' has no entry in the code object's metadata")
-        size = max(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE],
+        for a in md.get(".args", []):
+            if a[".value_kind"] in UNSUPPORTED_HIDDEN:
+                raise OffloadError(ErrorCode.UNSUPPORTED,
+                                   f"kernel '{name}' needs {UNSUPPORTED_HIDDEN[a['.value_kind']]}"
+                                   f" ({a['.value_kind']}), which offload does not provide; "
+                                   f"build it without printf/hostcall (-mno-... or no printf)")
+        size = max(info[H.HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE],
                    md.get(".kernarg_segment_size", 0))
         for a in md.get(".args", []):
             if a[".offset"] + a[".size"] > max(size, 8):
@@ -239,9 +233,13 @@ class AMDGPUDevice(GenericDevice):
                                    f"kernel '{name}': argument at offset {a['.offset']} "
                                    f"({a['.size']} bytes) lies past its {size}-byte kernarg "
                                    f"segment")
-        k = _Kernel(values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT], size,
-                    values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE],
-                    values[HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE],
+        private = info[H.HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE]
+        if info[H.HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK]:
+            private = max(private, DYNAMIC_STACK)      # recursion, indirect calls, alloca
+        max_wg = md.get(".max_flat_workgroup_size", 1024)
+        k = _Kernel(info[H.HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT], size,
+                    info[H.HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE], private,
+                    max_wg if isinstance(max_wg, int) and max_wg > 0 else 1024,
                     list(md.get(".args", [])))
         explicit = [a for a in k.args if not a[".value_kind"].startswith("hidden_")]
         decl = binary.prototypes.get(name)
@@ -255,11 +253,18 @@ class AMDGPUDevice(GenericDevice):
                      threads: int | None, queue: Any) -> None:
         k: _Kernel = kernel.handle
         name = kernel.name
-        explicit = kernel.params
-        wg = int(threads or 64)
-        groups = int(teams or 1)
+        wg, groups = int(threads or 64), int(teams or 1)
+        limit = min(self.max_workgroup, k.max_workgroup)
+        if not 1 <= wg <= limit:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"kernel '{name}': {wg} threads per team, expected 1 to {limit} "
+                               f"(the agent's and the kernel's maximum work-group size)")
+        if groups < 1 or groups * wg > self.max_grid:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"kernel '{name}': {groups} teams of {wg} threads, expected a "
+                               f"grid of 1 to {self.max_grid} work-items")
         kernarg = bytearray(max(k.kernarg_size, 8))
-        for meta, value in zip(explicit, args, strict=False):
+        for meta, value in zip(kernel.params, args, strict=True):
             _pack_arg(kernarg, meta, value, name)
         hidden = {"hidden_block_count_x": groups, "hidden_block_count_y": 1,
                   "hidden_block_count_z": 1, "hidden_group_size_x": wg,
@@ -267,45 +272,36 @@ class AMDGPUDevice(GenericDevice):
         for meta in k.args:
             if meta[".value_kind"] in hidden:
                 _pack_arg(kernarg, meta, hidden[meta[".value_kind"]], name)
-        self._dispatch(k, bytes(kernarg), groups, wg, queue)
+        own = queue is None
+        q: _Queue = self.get_queue() if queue is None else queue
+        try:
+            self._dispatch(k, bytes(kernarg), groups, wg, q)
+            if own:
+                self._sync_impl(q)
+        finally:
+            if own:
+                self.release_queue(q)
 
-    def _dispatch(self, k: _Kernel, kernarg: bytes, groups: int, wg: int,
-                  queue: _Queue | None) -> None:
-        plugin, hsa = self.plugin, self.plugin.hsa
-        if queue is not None:          # copies enqueued before the kernel must land first
-            self._sync_impl(queue)
-        buf = _ffi.new("void **")
-        hsa.check(hsa.lib.hsa_amd_memory_pool_allocate(plugin.kernarg_pool, len(kernarg), 0,
-                                                       buf), "kernarg allocation")
-        _ffi.memmove(buf[0], kernarg, len(kernarg))
-        done = plugin.signal()
-        q = self.hsa_queue
+    def _dispatch(self, k: _Kernel, kernarg: bytes, groups: int, wg: int, q: _Queue) -> None:
+        plugin = self.plugin
+        self._check_error()
+        addr, cls = plugin.kernargs.get(len(kernarg))
+        q.kernargs.append((addr, cls))
+        _ffi.memmove(_ffi.cast("void *", addr), kernarg, len(kernarg))
+        done = plugin.signals.get()
+        q.signals.append(done)
+        dep = self._pending(q)           # a copy before the kernel: a barrier-AND on it
+        hw = q.hw
         with self._dispatch_lock:
-            index = hsa.lib.hsa_queue_add_write_index_relaxed(q, 1)
-            while index - hsa.lib.hsa_queue_load_read_index_scacquire(q) >= q.size:
-                pass                                              # ring full: wait
-            pkt = _ffi.cast("hsa_kernel_dispatch_packet_t *", q.base_address) + index % q.size
-            pkt.workgroup_size_x, pkt.workgroup_size_y, pkt.workgroup_size_z = wg, 1, 1
-            pkt.grid_size_x, pkt.grid_size_y, pkt.grid_size_z = groups * wg, 1, 1
-            pkt.private_segment_size = k.private_size
-            pkt.group_segment_size = k.group_size
-            pkt.kernel_object = k.kernel_object
-            pkt.kernarg_address = buf[0]
-            pkt.completion_signal = done
-            header = ((HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
-                      | (1 << HSA_PACKET_HEADER_BARRIER)
-                      | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE)
-                      | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE))
-            setup = 1 << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS
-            # publish: header and setup in one aligned 32-bit store, after the body
-            _ffi.cast("uint32_t *", pkt)[0] = header | (setup << 16)
-            hsa.lib.hsa_signal_store_screlease(q.doorbell_signal, index)
-        if queue is None:
-            plugin.wait(done)
-            hsa.lib.hsa_amd_memory_pool_free(buf[0])
-        else:
-            queue.pending.append(done)
-            queue.to_free.append(_uint(buf[0]))
+            if dep is not None:
+                hw.barrier_and(dep, self._check_error)
+            hw.dispatch(wg, groups * wg, k.private_size, k.group_size, k.kernel_object, addr,
+                        done, self._check_error)
+        q.last = done
+
+    def _check_error(self) -> None:
+        if self.error is not None:
+            raise OffloadError(ErrorCode.BACKEND_FAILURE, self.error)
 
     def _is_accessible_impl(self, host: int, size: int) -> bool:
         return self.plugin._is_pinned_impl(host, size) is not None
@@ -313,14 +309,15 @@ class AMDGPUDevice(GenericDevice):
     def _info_impl(self) -> dict:
         hsa = self.plugin.hsa
         name = _ffi.new("char[64]")
-        hsa.check(hsa.lib.hsa_agent_get_info(self.agent, HSA_AMD_AGENT_INFO_PRODUCT_NAME, name),
-                  "hsa_agent_get_info(PRODUCT_NAME)")
-        cus = _ffi.new("uint32_t *")
-        hsa.lib.hsa_agent_get_info(self.agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, cus)
+        hsa.check(hsa.lib.hsa_agent_get_info(self.agent, H.HSA_AMD_AGENT_INFO_PRODUCT_NAME,
+                                             name), "hsa_agent_get_info(PRODUCT_NAME)")
         return {"name": _ffi.string(name).decode(), "kind": "gpu", "isa": self.isa,
                 "processor": self.processor,
                 "target features": ", ".join(f"{k}={v}" for k, v in sorted(self.features.items()))
-                or "none", "compute units": cus[0]}
+                or "none",
+                "compute units": hsa.agent_u32(self.agent,
+                                               H.HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, 0),
+                "max work-group size": self.max_workgroup}
 
 
 def _pack_arg(buf: bytearray, meta: dict, value: Any, kernel: str) -> None:
@@ -339,12 +336,20 @@ class AMDGPUPlugin(GenericPlugin[AMDGPUDevice]):
     staging_chunk = 8 << 20
     staging_lanes = 8
 
-    hsa: HSA               # set by _init_impl, before any device exists
+    hsa: HSA                       # set by _init_impl, before any device exists
+    signals: SignalPool
+    kernargs: KernargArena
 
     def __init__(self, config: Config):
         super().__init__(config)
         self.gpus: list[GPUAgent] = []
+        self.gpu_agents: list[Any] = []
+        self.queue_owner: dict[int, AMDGPUDevice] = {}
+        self._locks: dict[int, int] = {}        # host base -> agent address, our locks
         self._initialized = False
+        # ROCr calls this on a queue error (bad geometry, LDS, traps, device asserts)
+        self.queue_error_callback = _ffi.callback(
+            "void(hsa_status_t, hsa_queue_t *, void *)", self._on_queue_error)
 
     # ---- discovery ----------------------------------------------------------
     def _init_impl(self) -> int:
@@ -357,99 +362,116 @@ class AMDGPUPlugin(GenericPlugin[AMDGPUDevice]):
         hsa.check(hsa.lib.hsa_init(), "hsa_init")
         self._initialized = True
         agents = hsa.agents()
-        cpus = [a for a, k in agents if k == HSA_DEVICE_TYPE_CPU]
+        cpus = [a for a, k in agents if k == H.HSA_DEVICE_TYPE_CPU]
         if not cpus:
             raise OffloadError(ErrorCode.NOT_FOUND, "HSA reports no CPU agent")
         self.cpu_agent = cpus[0]
         pools = hsa.pools(self.cpu_agent)
-        fine, kernarg = (HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
-                         HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT)
+        fine, kernarg = (H.HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+                         H.HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT)
         self.host_pool = next((p for p, f in pools if f & fine and not f & kernarg),
-                              next((p for p, f in pools
-                                    if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED), None))
-        self.kernarg_pool = next((p for p, f in pools
-                                  if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT),
-                                 self.host_pool)
+                              next((p for p, f in pools if f & fine), None))
+        self.kernarg_pool = next((p for p, f in pools if f & kernarg), self.host_pool)
         if self.host_pool is None:
             raise OffloadError(ErrorCode.NOT_FOUND, "no fine-grained host memory pool")
         for agent, kind in agents:
-            if kind != HSA_DEVICE_TYPE_GPU:
+            if kind != H.HSA_DEVICE_TYPE_GPU or not hsa.agent_u32(
+                    agent, H.HSA_AGENT_INFO_FEATURE, 0) & H.HSA_AGENT_FEATURE_KERNEL_DISPATCH:
                 continue
             pool = next((p for p, f in hsa.pools(agent)
-                         if f & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED), None)
+                         if f & H.HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED), None)
             if pool is not None:
                 self.gpus.append(GPUAgent(agent, hsa.isa_name(agent), pool))
+        self.gpu_agents = [g.agent for g in self.gpus]
+        self.signals = SignalPool(hsa)
+        self.kernargs = KernargArena(hsa, self.kernarg_pool, self.gpu_agents)
         if not self.gpus:
-            self.reason = "HSA reports no GPU agent"
+            self.reason = "HSA reports no GPU agent that dispatches kernels"
         return len(self.gpus)
 
     def _deinit_impl(self) -> None:
         if self._initialized:
+            self.kernargs.destroy()
+            self.signals.destroy()
             self.hsa.lib.hsa_shut_down()
             self._initialized = False
 
-    # ---- signals ------------------------------------------------------------
-    def signal(self) -> Any:
-        s = _ffi.new("hsa_signal_t *")
-        self.hsa.check(self.hsa.lib.hsa_signal_create(1, 0, _ffi.NULL, s), "hsa_signal_create")
-        return s[0]
+    # ---- waits and queue errors ---------------------------------------------
+    def _on_queue_error(self, status: int, queue: Any, data: Any) -> None:
+        dev = self.queue_owner.get(uint(queue))
+        if dev is not None and dev.error is None:
+            dev.error = (f"device {dev.id}: the queue stopped on an error: "
+                         f"{self.hsa.text(status)} (bad launch geometry, too much group "
+                         f"memory, a trap or a failed device assert); it is suspended")
 
-    def wait(self, sig: Any) -> None:
-        """Wait for a completion signal (decremented to 0) and destroy it."""
-        self.hsa.lib.hsa_signal_wait_scacquire(sig, HSA_SIGNAL_CONDITION_LT, 1,
-                                               0xFFFFFFFFFFFFFFFF, HSA_WAIT_STATE_BLOCKED)
-        self.hsa.lib.hsa_signal_destroy(sig)
+    def wait(self, sig: Any, dev: AMDGPUDevice | None = None) -> None:
+        """Wait until a completion signal reaches 0; a negative value (a failed copy) or
+        a queue error raises. Each wait is bounded and the loop checks for errors."""
+        lib = self.hsa.lib
+        while True:
+            value = lib.hsa_signal_wait_scacquire(sig, H.HSA_SIGNAL_CONDITION_LT, 1, WAIT_TICKS,
+                                                  H.HSA_WAIT_STATE_BLOCKED)
+            if value < 0:
+                raise OffloadError(ErrorCode.BACKEND_FAILURE,
+                                   f"an asynchronous HSA operation failed (its completion "
+                                   f"signal went to {value})")
+            if value == 0:
+                return
+            failed = dev.error if dev is not None else next(
+                (d.error for d in self.initialized_devices() if d.error), None)
+            if failed:
+                raise OffloadError(ErrorCode.BACKEND_FAILURE, failed)
 
     # ---- images -------------------------------------------------------------
     def check_binary(self, binary: Binary, dev: AMDGPUDevice | None = None) -> None:
         """Raise INVALID_BINARY naming the mismatch unless `binary` fits dev's target ID."""
-        if binary.format != "elf" or binary.header.machine != "EM_AMDGPU":
-            raise OffloadError(ErrorCode.INVALID_BINARY,
-                               f"image is {binary.describe()}, not an AMDGPU code object")
-        e = binary.header
-        if e.type != "ET_DYN":
-            raise OffloadError(ErrorCode.INVALID_BINARY,
-                               f"AMDGPU code object must be ET_DYN (a linked shared object), "
-                               f"not {e.type}")
-        proc, feats = code_object_target(e.flags)
-        if dev is None:
-            return
-        if proc != dev.processor:
-            raise OffloadError(ErrorCode.INVALID_BINARY,
-                               f"code object is for {proc}, device {dev.id} is "
-                               f"{dev.processor} ({dev.isa})")
-        for feat, setting in feats.items():
-            want = dev.features.get(feat)
-            if setting in ("on", "off") and want is not None and want != setting:
-                raise OffloadError(ErrorCode.INVALID_BINARY,
-                                   f"code object has {feat} {setting}, device {dev.id} runs "
-                                   f"with {feat} {want} ({dev.isa})")
+        check_code_object(binary, None if dev is None else (dev.id, dev.processor,
+                                                            dev.features, dev.isa))
 
-    # ---- pinning hooks: one hsa_amd_memory_lock per agent that uses an entry -----
+    # ---- pinning: one lock for every GPU agent, as LLVM's dataLockImpl --------------
     def _lock_impl(self, device: int, host: int, size: int, first: bool,
                    read_only: bool) -> int:
-        dev = self.device(device)
-        agents = _ffi.new("hsa_agent_t[]", [dev.agent])
+        found = self._pointer_info(host, size)
+        if found is not None and found[3] == H.HSA_EXT_POINTER_TYPE_HSA:
+            # memory HSA allocated (alloc_host, hipHostMalloc): never locked; grant access
+            self.hsa.allow_access(self.gpu_agents, found[0])
+            return found[2] + (host - found[0])
+        if not first:
+            known = self._locks.get(host)
+            if known is not None:
+                return known
+            if found is not None:                   # locked by someone else (legacy thunk)
+                return found[2] + (host - found[0])
+            return host                             # SVM thunk: the host address serves
         out = _ffi.new("void **")
         self.hsa.check(self.hsa.lib.hsa_amd_memory_lock(_ffi.cast("void *", host), size,
-                                                        agents, 1, out),
+                                                        _ffi.NULL, 0, out),
                        f"hsa_amd_memory_lock(0x{host:x}, {size})")
-        return _uint(out[0])
+        self._locks[host] = uint(out[0])
+        return uint(out[0])
 
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
-        self.hsa.check(self.hsa.lib.hsa_amd_memory_unlock(_ffi.cast("void *", host)),
-                       f"hsa_amd_memory_unlock(0x{host:x})")
+        if last and host in self._locks:
+            self.hsa.check(self.hsa.lib.hsa_amd_memory_unlock(_ffi.cast("void *", host)),
+                           f"hsa_amd_memory_unlock(0x{host:x})")
+            del self._locks[host]
 
     def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         """Locked or HSA-allocated memory: (host base, size, agent base address)."""
+        found = self._pointer_info(host, size)
+        return None if found is None else found[:3]
+
+    def _pointer_info(self, host: int, size: int) -> tuple[int, int, int, int] | None:
+        """Locked or HSA-allocated memory: (host base, size, agent base, pointer type).
+        (ROCm >= 5.7's SVM path reports locked memory as UNKNOWN: then None.)"""
         info = _ffi.new("hsa_amd_pointer_info_t *")
         info.size = _ffi.sizeof("hsa_amd_pointer_info_t")
         self.hsa.check(self.hsa.lib.hsa_amd_pointer_info(_ffi.cast("void *", host), info,
                                                          _ffi.NULL, _ffi.NULL, _ffi.NULL),
                        "hsa_amd_pointer_info")
-        if info.type not in (HSA_EXT_POINTER_TYPE_LOCKED, HSA_EXT_POINTER_TYPE_HSA):
+        if info.type not in (H.HSA_EXT_POINTER_TYPE_LOCKED, H.HSA_EXT_POINTER_TYPE_HSA):
             return None
-        base = _uint(info.hostBaseAddress)
+        base = uint(info.hostBaseAddress)
         if not (base <= host and host + size <= base + info.sizeInBytes):
             return None
-        return base, int(info.sizeInBytes), _uint(info.agentBaseAddress)
+        return base, int(info.sizeInBytes), uint(info.agentBaseAddress), int(info.type)
