@@ -117,9 +117,9 @@ class Device:
 
     def launch(self, kernel: Kernel, args: Sequence[Any], teams: int | None = None,
                threads: int | None = None, queue: Any = None,
-               binary: Binary | None = None) -> None:
+               binary: Binary | None = None, shared_mem: int = 0) -> None:
         self.plugin.launch_kernel(self.local_id, binary or self.check_binary(kernel),
-                                  kernel.name, args, teams, threads, queue)
+                                  kernel.name, args, teams, threads, queue, shared_mem)
 
     def info(self) -> dict:
         return self.plugin.device_info(self.local_id)

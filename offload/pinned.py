@@ -27,6 +27,10 @@ class PinDriver(Protocol):
     def unpin(self, device: int, host: int, size: int, last: bool) -> None:
         """Undo `pin` for `device`; `last` when no other device uses the entry."""
 
+    def pin_is_read_only(self, host: int) -> bool:
+        """Whether the pin just made at `host` only allows reading."""
+        ...
+
     def query(self, host: int, size: int) -> tuple[int, int, int] | None:
         """(base, size, device address of base) if the driver reports the range pinned."""
 
@@ -122,6 +126,14 @@ class PinnedMap:
                 if wait is None:
                     if len(ov) == 1 and ov[0].contains(p, n):
                         e = ov[0]
+                        if e.read_only and not read_only:
+                            if partial_ok:
+                                return None
+                            raise OffloadError(
+                                ErrorCode.INVALID_ARGUMENT,
+                                f"0x{p:x} ({n} bytes) lies in a buffer pinned read-only at "
+                                f"0x{e.host:x} (its pages are read-only): a writable use "
+                                f"cannot share that pin")
                         c = e.count.get(device)
                         if c is not None:                       # fast path
                             e.count[device] = c + 1
@@ -158,11 +170,12 @@ class PinnedMap:
             if ext is not None:
                 addr = self._become_external(e, ext, p, n)
             else:
-                addr = driver.pin(device, e.host, e.size,
-                                  first=not e.ours and e.kind is not Kind.EXTERNAL
-                                  and e.kind is not Kind.ALLOC_HOST,
-                                  read_only=e.read_only)
+                first = not e.ours and e.kind is not Kind.EXTERNAL \
+                    and e.kind is not Kind.ALLOC_HOST
+                addr = driver.pin(device, e.host, e.size, first=first, read_only=e.read_only)
                 e.ours.add(device)
+                if first:                                   # what the driver really made
+                    e.read_only = driver.pin_is_read_only(e.host)
         except BaseException:
             with self._lock:
                 if new:

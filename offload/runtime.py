@@ -21,6 +21,7 @@ from .config import Config, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .plugin_manager import PluginManager
+from .plugins.common import Interrupts
 
 omp_initial_device = -1
 omp_invalid_device = -2
@@ -270,6 +271,9 @@ def _deliver_sigint() -> None:
     if _Sigint.pending and threading.get_ident() == _MAIN:
         _Sigint.pending = False
         raise KeyboardInterrupt
+
+
+Interrupts.hook = _deliver_sigint           # long driver waits poll this
 
 SHUTDOWN_WAIT_S = 10.0            # how long shutdown waits for operations in flight
 

@@ -29,7 +29,7 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
 
 @operation
 def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
-           teams: int | None = None, threads: int | None = None,
+           teams: int | None = None, threads: int | None = None, shared_mem: int = 0,
            nowait: bool = False) -> Handle | None:
     """Run `kernel` on a device: map, launch, unmap (`#pragma omp target`).
 
@@ -46,6 +46,8 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
             device without a binary for the kernel, runs the host binary.
         teams: the grid size on a GPU (ignored on the host).
         threads: the block size on a GPU (ignored on the host).
+        shared_mem: bytes of dynamic shared memory for the kernel (`extern __shared__` on
+            CUDA, dynamic LDS on AMDGPU; ignored on the host).
         nowait: return at once with a Handle; read the arrays only after `wait()`.
 
     Returns:
@@ -81,8 +83,9 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     assert binary is not None
     dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
     if nowait:
-        return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads)
-    _target(kernel, binary, args, map, dev, teams, threads)
+        return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads,
+                               shared_mem)
+    _target(kernel, binary, args, map, dev, teams, threads, shared_mem)
     return None
 
 
@@ -104,7 +107,7 @@ _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 
 def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[Any],
-            dev: Device, teams: int | None, threads: int | None) -> None:
+            dev: Device, teams: int | None, threads: int | None, shared_mem: int = 0) -> None:
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     table = dev.table
     spans: list[tuple[int, int] | None] = []
@@ -134,7 +137,7 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
                           f"{kernel.name} with {teams or 1} blocks and "
                           f"{threads or 'default'} threads, {len(kargs)} argument(s)",
                           file=sys.stderr)
-                dev.launch(kernel, kargs, teams, threads, queue, binary)
+                dev.launch(kernel, kargs, teams, threads, queue, binary, shared_mem)
             except BaseException:
                 table.target_data_end(items, queue, copy_back=False, own=busy)
                 raise
@@ -171,9 +174,12 @@ def host_binary(kernel: Kernel, plugin: GenericPlugin) -> Binary:
     """The binary of `kernel`'s image the host runs (INVALID_BINARY when none)."""
     binary = next((b for b in kernel.image.binaries if plugin.is_valid_binary(b)), None)
     if binary is None:
+        why = "; ".join(f"{r.name}: {r.reason}" for r in _current().manager.records
+                        if not r.num_devices and r.reason)
         raise OffloadError(ErrorCode.INVALID_BINARY,
                            f"kernel '{kernel.name}' has no host binary to run on the initial "
-                           f"device; combine a compile_c image into it with Image.combine")
+                           f"device; combine a compile_c image into it with Image.combine"
+                           + (f" (no offload device: {why})" if why else ""))
     return binary
 
 

@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
 LAYERS = {
     "errors": 0, "config": 1, "arrays": 1, "clauses": 2, "entries": 2, "diagnostics": 3, "pinned": 2, "image": 2, "compiler": 3, "targets": 3,
     "plugins._libc": 3, "plugins.args": 2, "plugins.memory_pool": 3, "plugins.queues": 3,
-    "plugins.staging": 4, "plugins._cuda_driver": 3, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
+    "plugins.staging": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
     "plugins.nvrtc": 3, "plugins.common": 5, "plugins.host": 6, "plugins.cuda": 6,
     "plugins.amdgpu": 6, "plugins": 0, "mapping": 7, "device": 8, "plugin_manager": 9,
     "runtime": 10, "api": 11, "omp": 11, "target": 11, "testing": 12, "cli": 12,

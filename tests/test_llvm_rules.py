@@ -277,7 +277,9 @@ def test_kernel_arguments_checked_on_the_host_fallback_too(rt, k):
 
 def test_kernel_arguments_that_fit(rt, k):
     a = np.zeros(4)
-    offload.target(k.fill, a, 4, 2, device=0)                     # an int for a double
+    with pytest.raises(OffloadError, match="expected a float, got int 2"):
+        offload.target(k.fill, a, 4, 2, device=0)                 # an int for a double
+    offload.target(k.fill, a, 4, 2.0, device=0)
     assert (a == 2).all()
     offload.target(k.fill, a, np.int32(4), np.float32(3.0), device=0)
     assert (a == 3).all()

@@ -88,6 +88,9 @@ class AMDGPUDevice(GenericDevice):
                       if hsa.pool_access(g.agent, self.device_pool)
                       != H.HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED]
 
+    def _unload_impl(self, program: Any) -> None:
+        self.plugin.hsa.lib.hsa_executable_destroy(program[0])
+
     def _deinit_impl(self) -> None:
         lib = self.plugin.hsa.lib
         self.queues.destroy_all()
@@ -250,7 +253,7 @@ class AMDGPUDevice(GenericDevice):
                              types or [metadata_param(a) for a in explicit])
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
-                     threads: int | None, queue: Any) -> None:
+                     threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         k: _Kernel = kernel.handle
         name = kernel.name
         wg, groups = int(threads or 64), int(teams or 1)
@@ -275,14 +278,15 @@ class AMDGPUDevice(GenericDevice):
         own = queue is None
         q: _Queue = self.get_queue() if queue is None else queue
         try:
-            self._dispatch(k, bytes(kernarg), groups, wg, q)
+            self._dispatch(k, bytes(kernarg), groups, wg, q, shared_mem)
             if own:
                 self._sync_impl(q)
         finally:
             if own:
                 self.release_queue(q)
 
-    def _dispatch(self, k: _Kernel, kernarg: bytes, groups: int, wg: int, q: _Queue) -> None:
+    def _dispatch(self, k: _Kernel, kernarg: bytes, groups: int, wg: int, q: _Queue,
+                  shared_mem: int = 0) -> None:
         plugin = self.plugin
         self._check_error()
         addr, cls = plugin.kernargs.get(len(kernarg))
@@ -295,8 +299,8 @@ class AMDGPUDevice(GenericDevice):
         with self._dispatch_lock:
             if dep is not None:
                 hw.barrier_and(dep, self._check_error)
-            hw.dispatch(wg, groups * wg, k.private_size, k.group_size, k.kernel_object, addr,
-                        done, self._check_error)
+            hw.dispatch(wg, groups * wg, k.private_size, k.group_size + shared_mem,
+                        k.kernel_object, addr, done, self._check_error)
         q.last = done
 
     def _check_error(self) -> None:

@@ -144,7 +144,8 @@ def _numpy_name(p: Param) -> str:
 def check_arguments(kernel: str, params: Sequence[Param], args: Sequence[Any]) -> None:
     """Refuse arguments that do not fit the kernel's parameters, before anything is
     mapped: an array whose dtype is not the pointee type, an array or float for an
-    integer, a float for a pointer. An int for a pointer is a device address."""
+    integer, a float for a pointer, an int for a floating-point parameter (sent as its
+    integer bits it would arrive as nonsense). An int for a pointer is a device address."""
     if len(params) != len(args):
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"kernel '{kernel}' takes {len(params)} argument(s) "
@@ -164,7 +165,9 @@ def _misfit(p: Param, a: Any) -> str | None:
     """Why `a` does not fit `p` (None when it does); messages made only on failure."""
     t = type(a)
     if t is int:
-        return None                        # integers, device addresses, ints for floats
+        if not p.pointer and p.kind == "f":
+            return f"expected a float, got int {a!r}; write {a!r}.0"
+        return None                        # integers and device addresses
     if t is np.ndarray:
         if not p.pointer:
             return f"expected a scalar, got an array {_shape(a)}"
@@ -175,6 +178,8 @@ def _misfit(p: Param, a: Any) -> str | None:
     if isinstance(a, (bool, np.bool_)):
         return "expected an array or a device address, got bool" if p.pointer else None
     if isinstance(a, (int, np.integer)):
+        if not p.pointer and p.kind == "f":
+            return f"expected a float, got int {a!r}; write float({a!r})"
         return None
     if isinstance(a, (float, np.floating)):
         if p.pointer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..config import Config, LockMapped
@@ -23,8 +23,21 @@ from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .staging import Staging
 
-__all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "check_kernel_args",
-           "memmove", "pack_scalar"]
+__all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "Interrupts",
+           "check_kernel_args", "memmove", "pack_scalar"]
+
+
+class Interrupts:
+    """How a plugin's long waits notice Ctrl-C: the runtime installs `hook`, which raises
+    KeyboardInterrupt in the main thread when one is pending; waits call `deliver()`."""
+
+    hook: Callable[[], None] | None = None
+
+    @staticmethod
+    def deliver() -> None:
+        hook = Interrupts.hook
+        if hook is not None:
+            hook()
 
 
 class GenericDevice:
@@ -73,8 +86,18 @@ class GenericDevice:
         raise NotImplementedError
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any],
-                     teams: int | None, threads: int | None, queue: Any) -> None:
+                     teams: int | None, threads: int | None, queue: Any,
+                     shared_mem: int = 0) -> None:
+        """Launch on `queue` (None: launch and wait); `shared_mem` bytes of dynamic
+        shared (group) memory."""
         raise NotImplementedError
+
+    def _unload_impl(self, program: Any) -> None:
+        """Unload a program _load_impl made (one that lost a race to load first)."""
+
+    def _before_reuse_impl(self) -> None:
+        """Called before freed device memory goes to the pool: wait for any queued work
+        that may still use it (the driver's own free would)."""
 
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
         """A pinned host buffer of `size` bytes the device can DMA from, and a queue."""
@@ -134,8 +157,10 @@ class GenericDevice:
             del self._allocs[addr]
             self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
         size, kind = rec
-        if kind is AllocKind.DEVICE and self.pool.give(addr, size):
-            return size                                 # kept for the next alloc
+        if kind is AllocKind.DEVICE and self.pool.limit and size <= self.pool.limit:
+            self._before_reuse_impl()                   # queued work may still write it
+            if self.pool.give(addr, size):
+                return size                             # kept for the next alloc
         self._free_impl(addr, size, kind)
         return size
 
@@ -178,9 +203,11 @@ class GenericDevice:
     def load(self, binary: Binary) -> Any:
         prog = self._loaded.get(binary.digest)
         if prog is None:
-            prog = self._load_impl(binary)
+            mine = self._load_impl(binary)
             with self._lock:
-                prog = self._loaded.setdefault(binary.digest, prog)
+                prog = self._loaded.setdefault(binary.digest, mine)
+            if prog is not mine:                # another thread loaded it first
+                self._unload_impl(mine)
         return prog
 
     def kernel(self, binary: Binary, name: str) -> GenericKernel:
@@ -195,6 +222,21 @@ class GenericDevice:
 
 
 DeviceT = TypeVar("DeviceT", bound=GenericDevice)
+
+
+def _split_pinned(pieces: list[tuple[int, int, int | None]], host: int,
+                  grid: int) -> list[tuple[int, int, int | None]]:
+    """Split the pinned pieces of a copy of [host, ...) at multiples of `grid`."""
+    out: list[tuple[int, int, int | None]] = []
+    for off, n, via in pieces:
+        while via is not None and n > 0:
+            start = host + off
+            step = min(n, grid - start % grid)
+            out.append((off, step, via))
+            off, n, via = off + step, n - step, via + step
+        if via is None:
+            out.append((off, n, via))
+    return out
 
 
 class GenericPlugin(Generic[DeviceT]):
@@ -213,6 +255,9 @@ class GenericPlugin(Generic[DeviceT]):
     staging_threshold: int | None = None
     staging_chunk = 8 << 20
     staging_lanes = 8
+    #: pinned pieces of a copy are split at multiples of this address (None: never), for
+    #: drivers that pin large ranges in several registrations a copy may not span
+    pin_split: int | None = None
 
     def __init__(self, config: Config):
         self.config = config
@@ -242,6 +287,11 @@ class GenericPlugin(Generic[DeviceT]):
 
     def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         return None
+
+    def pin_is_read_only(self, host: int) -> bool:
+        """Whether the pin made at `host` only allows reading (CUDA registrations of
+        read-only pages); a writable use cannot share it."""
+        return False
 
     def architecture(self, d: int = 0) -> str | None:
         """The architecture name of device d (e.g. 'sm_90', 'gfx90a'); None if unknown."""
@@ -353,7 +403,10 @@ class GenericPlugin(Generic[DeviceT]):
                      q: Any) -> None:
         stats = dev.stats
         stage = self.staging_threshold
-        for off, n, via in self.pinned.translate(host, size, dev.id):
+        pieces = self.pinned.translate(host, size, dev.id)
+        if self.pin_split:
+            pieces = _split_pinned(pieces, host, self.pin_split)
+        for off, n, via in pieces:
             if via is None and stage is not None and n >= stage:
                 if q is not None:          # staging runs on queues of its own: what
                     dev._sync_impl(q)      # was enqueued before (a kernel) goes first
@@ -402,11 +455,15 @@ class GenericPlugin(Generic[DeviceT]):
 
     def launch_kernel(self, d: int, binary: Binary, name: str, args: Sequence[Any],
                       teams: int | None = None, threads: int | None = None,
-                      queue: Any = None) -> None:
+                      queue: Any = None, shared_mem: int = 0) -> None:
+        """Launch kernel `name` of `binary`; without a queue, returns when it finished."""
         dev = self.device(d)
         k = dev.kernel(binary, name)
         check_kernel_args(name, len(k.params), len(args), k.signature)
-        dev._launch_impl(k, args, teams, threads, queue)
+        if shared_mem < 0:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"shared_mem={shared_mem}: expected a byte count >= 0")
+        dev._launch_impl(k, args, teams, threads, queue, shared_mem)
 
     def check_launch(self, d: int, binary: Binary, name: str, args: Sequence[Any]) -> None:
         """Refuse `args` (arrays and scalars, before mapping) that do not fit kernel

@@ -1,9 +1,14 @@
-"""CUDA plugin hooks: primary contexts, streams as queues, cuMemHostRegister pinning,
-cubin/PTX images. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantics
+"""CUDA plugin hooks, following LLVM's CUDA plugin (plugins-nextgen/cuda/src/rtl.cpp):
+primary contexts made current on every driver entry (other libraries change the current
+context behind us), blocking-sync scheduling and waits that poll so Ctrl-C reaches them,
+streams as queues, cuMemHostRegister pinning (chunked, writable when it can be), peer
+access for device-to-device copies, a context that died with a kernel fault failing every
+later call at once. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantics
 (counts, splits, path choice) stay in common.py."""
 from __future__ import annotations
 
-import threading
+import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,30 +16,18 @@ from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import cubin_sm
-from ._cuda_driver import (
-    ATTRIBUTES,
-    CU_MEM_ATTACH_GLOBAL,
-    CU_MEMHOSTREGISTER_DEVICEMAP,
-    CU_MEMHOSTREGISTER_PORTABLE,
-    CU_MEMHOSTREGISTER_READ_ONLY,
-    CU_MEMORYTYPE_HOST,
-    CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-    CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-    CU_STREAM_NON_BLOCKING,
-    CUDA_ERROR_INVALID_VALUE,
-    CUDA_ERROR_NO_DEVICE,
-    CUDA_ERROR_NOT_READY,
-    CUDA_ERROR_OUT_OF_MEMORY,
-    CUDA_SUCCESS,
-    Driver,
-    ffi,
-)
+from . import _cuda_driver as C
+from ._cuda_driver import ATTRIBUTES, Driver, ffi
 from ._cuda_driver import ptr as _ptr
+from ._cuda_memory import register, registration, unregister
 from .args import pack_scalar, params_from_prototype
-from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, Interrupts
 
 _ffi = ffi
+_INIT_PID: list[int] = []           # the process that initialised CUDA (fork detection)
+REGISTER_CHUNK = 64 << 30           # cuMemHostRegister at most this much at once (r580+)
+SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opting in
+
 
 class CUDADevice(GenericDevice):
     plugin: CUDAPlugin
@@ -44,19 +37,29 @@ class CUDADevice(GenericDevice):
         dev = _ffi.new("CUdevice *")
         drv.check(drv.lib.cuDeviceGet(dev, self.id), "cuDeviceGet")
         self.cu_device = dev[0]
+        flags, active = _ffi.new("unsigned int *"), _ffi.new("int *")
+        drv.check(drv.lib.cuDevicePrimaryCtxGetState(self.cu_device, flags, active),
+                  "cuDevicePrimaryCtxGetState")
+        if not active[0]:               # as LLVM: block (not spin) in waits
+            drv.check(drv.lib.cuDevicePrimaryCtxSetFlags_v2(self.cu_device,
+                                                            C.CU_CTX_SCHED_BLOCKING_SYNC),
+                      "cuDevicePrimaryCtxSetFlags")
         ctx = _ffi.new("CUcontext *")
         drv.check(drv.lib.cuDevicePrimaryCtxRetain(ctx, self.cu_device),
                   "cuDevicePrimaryCtxRetain")
         self.context = ctx[0]
         self.sm = (self._attr("compute capability major"), self._attr("compute capability minor"))
+        self.max_block = self._attr("max threads per block")
+        self.max_grid = self._attr("max grid dim x")
+        self.max_shared = self._attr("max shared memory per block optin")
+        self._peers: dict[int, bool] = {}            # peer device id -> access enabled
 
     def activate(self) -> None:
-        """Make this device's primary context current on the calling thread."""
-        tls = self.plugin.tls
-        if getattr(tls, "ctx", None) != self.context:
-            self.plugin.drv.check(self.plugin.drv.lib.cuCtxSetCurrent(self.context),
-                                  "cuCtxSetCurrent")
-            tls.ctx = self.context
+        """Make this device's primary context current, unconditionally (LLVM's
+        setContext): CuPy, PyTorch or numba may have changed it since our last call."""
+        drv = self.plugin.drv
+        drv.alive()
+        drv.check(drv.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def _attr(self, name: str) -> int:
         v = _ffi.new("int *")
@@ -65,13 +68,17 @@ class CUDADevice(GenericDevice):
         return v[0]
 
     def _deinit_impl(self) -> None:
-        lib = self.plugin.drv.lib
-        self.activate()
-        self.queues.destroy_all()
-        for mod in self._loaded.values():
-            lib.cuModuleUnload(mod)
+        drv = self.plugin.drv
+        if drv.dead is not None:
+            return                      # the context is gone: drop records only
+        lib = drv.lib
+        for step in (lambda: self.activate(), self.queues.destroy_all,
+                     lambda: [lib.cuModuleUnload(m) for m in self._loaded.values()]):
+            try:
+                step()
+            except Exception:           # noqa: BLE001 - release what we can
+                pass
         lib.cuDevicePrimaryCtxRelease_v2(self.cu_device)
-        self.plugin.tls.ctx = None
 
     # ---- memory -----------------------------------------------------------
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
@@ -83,7 +90,7 @@ class CUDADevice(GenericDevice):
             return int(_ffi.cast("uintptr_t", p[0]))
         d = _ffi.new("CUdeviceptr *")
         if kind is AllocKind.SHARED:
-            drv.check(drv.lib.cuMemAllocManaged(d, size, CU_MEM_ATTACH_GLOBAL),
+            drv.check(drv.lib.cuMemAllocManaged(d, size, C.CU_MEM_ATTACH_GLOBAL),
                       f"cuMemAllocManaged({size})")
         else:
             drv.check(drv.lib.cuMemAlloc_v2(d, size), f"cuMemAlloc({size})")
@@ -97,21 +104,65 @@ class CUDADevice(GenericDevice):
         else:
             drv.check(drv.lib.cuMemFree_v2(addr), "cuMemFree")
 
-    def _submit_impl(self, tgt, host, size, queue, pinned) -> None:
+    def _before_reuse_impl(self) -> None:
+        # cuMemFree would wait for the device: so does handing the block to a new owner
+        # (our queues, polled, so Ctrl-C still works)
+        for q in list(self.queues.made):
+            self._sync_impl(q)
+
+    def _submit_impl(self, tgt: int, host: int, size: int, queue: Any,
+                     pinned: int | None) -> None:
         self.activate()
-        self.plugin.drv.check(self.plugin.drv.lib.cuMemcpyHtoDAsync_v2(
-            tgt, _ptr(host), size, queue), "cuMemcpyHtoDAsync")
+        rc = self.plugin.drv.lib.cuMemcpyHtoDAsync_v2(tgt, _ptr(host), size, queue)
+        if rc == C.CUDA_ERROR_INVALID_VALUE and pinned is None:
+            self._through_staging(True, tgt, host, size, queue)
+            return
+        self.plugin.drv.check(rc, "cuMemcpyHtoDAsync")
         # a pageable source is staged by the driver before the call returns
 
-    def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
+    def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
+                       pinned: int | None) -> None:
+        if pinned is None and queue is not None:
+            self._sync_impl(queue)      # the driver would block (unpolled) until it drains
         self.activate()
-        self.plugin.drv.check(self.plugin.drv.lib.cuMemcpyDtoHAsync_v2(
-            _ptr(host), tgt, size, queue), "cuMemcpyDtoHAsync")
+        rc = self.plugin.drv.lib.cuMemcpyDtoHAsync_v2(_ptr(host), tgt, size, queue)
+        if rc == C.CUDA_ERROR_INVALID_VALUE and pinned is None:
+            self._through_staging(False, tgt, host, size, queue)
+            return
+        self.plugin.drv.check(rc, "cuMemcpyDtoHAsync")
         # to pageable memory the driver returns only once the copy is complete
 
-    def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
+    def _through_staging(self, to_device: bool, tgt: int, host: int, size: int,
+                         queue: Any) -> None:
+        """A pageable range that another library registered in part: the driver refuses
+        one copy across both kinds, so go through our own pinned buffers."""
+        if queue is not None:
+            self._sync_impl(queue)
+        self.staging.copy(to_device, tgt, host, size)
+
+    def _enable_peer(self, other: CUDADevice) -> None:
+        """Peer access from this context to `other`'s memory, once per pair (LLVM's
+        dataExchangeImpl); without it cuMemcpyPeer goes through the host."""
+        if other.id in self._peers:
+            return
+        lib = self.plugin.drv.lib
+        can = _ffi.new("int *")
+        enabled = False
+        if lib.cuDeviceCanAccessPeer(can, self.cu_device, other.cu_device) == 0 and can[0]:
+            self.activate()
+            rc = lib.cuCtxEnablePeerAccess(other.context, 0)
+            enabled = rc in (C.CUDA_SUCCESS, C.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+            if not enabled and rc != C.CUDA_ERROR_TOO_MANY_PEERS:
+                self.plugin.drv.check(rc, "cuCtxEnablePeerAccess")
+        self._peers[other.id] = enabled
+
+    def _exchange_impl(self, src: int, dst_device: GenericDevice, dst: int, size: int,
+                       queue: Any) -> bool:
         if not isinstance(dst_device, CUDADevice):
             return False
+        if dst_device is not self:
+            self._enable_peer(dst_device)
+            dst_device._enable_peer(self)
         self.activate()
         lib = self.plugin.drv.lib
         with self.queue(queue) as q:
@@ -132,6 +183,8 @@ class CUDADevice(GenericDevice):
         return int(_ffi.cast("uintptr_t", p[0])), self._create_queue_impl()
 
     def _free_staging_impl(self, addr: int, queue: Any) -> None:
+        if self.plugin.drv.dead is not None:
+            return
         self.activate()
         self.plugin.drv.lib.cuMemFreeHost(_ptr(addr))
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
@@ -140,7 +193,7 @@ class CUDADevice(GenericDevice):
     def _create_queue_impl(self) -> Any:
         self.activate()
         s = _ffi.new("CUstream *")
-        self.plugin.drv.check(self.plugin.drv.lib.cuStreamCreate(s, CU_STREAM_NON_BLOCKING),
+        self.plugin.drv.check(self.plugin.drv.lib.cuStreamCreate(s, C.CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate")
         return s[0]
 
@@ -148,16 +201,27 @@ class CUDADevice(GenericDevice):
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     def _sync_impl(self, queue: Any) -> None:
+        """Wait for a stream by polling it (50 µs growing to 1 ms), so a pending Ctrl-C is
+        delivered even while a kernel hangs."""
+        drv = self.plugin.drv
+        drv.alive()
         if queue is None:
             self.activate()
-            self.plugin.drv.check(self.plugin.drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+            drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
             return
-        self.plugin.drv.check(self.plugin.drv.lib.cuStreamSynchronize(queue),
-                              "cuStreamSynchronize")
+        delay = 50e-6
+        while True:
+            rc = drv.lib.cuStreamQuery(queue)
+            if rc != C.CUDA_ERROR_NOT_READY:
+                drv.check(rc, "cuStreamSynchronize")
+                return
+            Interrupts.deliver()
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
 
     def _query_impl(self, queue: Any) -> bool:
         rc = self.plugin.drv.lib.cuStreamQuery(queue)
-        if rc == CUDA_ERROR_NOT_READY:
+        if rc == C.CUDA_ERROR_NOT_READY:
             return False
         self.plugin.drv.check(rc, "cuStreamQuery")
         return True
@@ -168,41 +232,89 @@ class CUDADevice(GenericDevice):
         self.activate()
         mod = _ffi.new("CUmodule *")
         data = binary.data + (b"\0" if binary.format == "ptx" else b"")
-        buf = _ffi.from_buffer(data)
-        self.plugin.drv.check(self.plugin.drv.lib.cuModuleLoadData(mod, buf),
-                              f"cuModuleLoadData({binary.describe()})")
+        log = _ffi.new("char[]", 8192)
+        opts = _ffi.new("int[]", [C.CU_JIT_ERROR_LOG_BUFFER, C.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES])
+        vals = _ffi.new("void *[]", [log, _ffi.cast("void *", 8192)])
+        rc = self.plugin.drv.lib.cuModuleLoadDataEx(mod, _ffi.from_buffer(data), 2, opts, vals)
+        if rc != C.CUDA_SUCCESS:
+            jit = _ffi.string(log).decode(errors="replace").strip()
+            try:
+                self.plugin.drv.check(rc, f"cuModuleLoadData({binary.describe()})")
+            except OffloadError as exc:
+                if jit:
+                    raise OffloadError(exc.code, f"{exc.message}\nJIT log:\n{jit}") from None
+                raise
         return mod[0]
 
+    def _unload_impl(self, program: Any) -> None:
+        self.activate()
+        self.plugin.drv.lib.cuModuleUnload(program)
+
     def _kernel_impl(self, program: Any, binary: Binary, name: str) -> GenericKernel:
+        drv = self.plugin.drv
         self.activate()
         f = _ffi.new("CUfunction *")
-        rc = self.plugin.drv.lib.cuModuleGetFunction(f, program, name.encode())
-        if rc != CUDA_SUCCESS:
-            raise OffloadError(ErrorCode.NOT_FOUND,
-                               f"kernel '{name}' not found: {self.plugin.drv.text(rc)}")
-        sizes: list[int] = []
-        off, size = _ffi.new("size_t *"), _ffi.new("size_t *")
-        while self.plugin.drv.lib.cuFuncGetParamInfo(f[0], len(sizes), off, size) == 0:
-            sizes.append(size[0])
+        rc = drv.lib.cuModuleGetFunction(f, program, name.encode())
+        if rc != C.CUDA_SUCCESS:
+            raise OffloadError(ErrorCode.NOT_FOUND, f"kernel '{name}' not found: {drv.text(rc)}")
         decl = binary.prototypes.get(name)
         types = params_from_prototype(decl, name) if decl else None
-        return GenericKernel(name, f[0], sizes, decl or f"parameter sizes {sizes}", types)
+        sizes: list[int] = []
+        if drv.has_param_info:
+            off, size = _ffi.new("size_t *"), _ffi.new("size_t *")
+            while True:
+                rc = drv.lib.cuFuncGetParamInfo(f[0], len(sizes), off, size)
+                if rc == C.CUDA_ERROR_INVALID_VALUE:   # past the last parameter
+                    break
+                drv.check(rc, f"cuFuncGetParamInfo({name})")
+                sizes.append(size[0])
+        elif types is not None:         # before CUDA 12.4: sizes from the prototype
+            sizes = [8 if p.pointer else p.size for p in types]
+        else:
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"kernel '{name}': this driver cannot report kernel parameters "
+                               f"(cuFuncGetParamInfo is CUDA 12.4+) and the image carries no "
+                               f"prototype; build it with compile_cuda or pass prototypes=")
+        limit = _ffi.new("int *")
+        drv.check(drv.lib.cuFuncGetAttribute(limit, C.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                             f[0]), "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)")
+        return GenericKernel(name, (f[0], limit[0]), sizes, decl or f"parameter sizes {sizes}",
+                             types)
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
-                     threads: int | None, queue: Any) -> None:
+                     threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         name = kernel.name
+        fn, max_threads = kernel.handle
+        grid, block = int(teams or 1), int(threads or 128)
+        if not 1 <= block <= min(max_threads, self.max_block):
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"kernel '{name}': {block} threads per block, expected 1 to "
+                               f"{min(max_threads, self.max_block)} (the kernel's and the "
+                               f"device's limit)")
+        if not 1 <= grid <= self.max_grid:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"kernel '{name}': {grid} blocks, expected 1 to {self.max_grid}")
+        if shared_mem > self.max_shared:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"kernel '{name}': shared_mem={shared_mem} bytes, the device "
+                               f"allows {self.max_shared}")
         params = _ffi.new("void *[]", max(1, len(args)))
         keep = []
         for i, (a, sz) in enumerate(zip(args, kernel.params, strict=False)):
             c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
             keep.append(c)
             params[i] = c
-        grid = int(teams or 1)
-        block = int(threads or 128)
+        drv = self.plugin.drv
         self.activate()
-        self.plugin.drv.check(self.plugin.drv.lib.cuLaunchKernel(
-            kernel.handle, grid, 1, 1, block, 1, 1, 0, queue, params, _ffi.NULL),
-            f"cuLaunchKernel({name}, grid={grid}, block={block})")
+        if shared_mem > SHARED_DEFAULT:                  # opt in above 48 KiB, as LLVM
+            drv.check(drv.lib.cuFuncSetAttribute(
+                fn, C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        with self.queue(queue) as q:                     # no queue: launch and wait
+            drv.last_kernel = name
+            drv.check(drv.lib.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_mem, q,
+                                             params, _ffi.NULL),
+                      f"cuLaunchKernel({name}, grid={grid}, block={block})")
 
     def _is_accessible_impl(self, host: int, size: int) -> bool:
         if self._attr("pageable memory access"):
@@ -235,13 +347,15 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
     staging_threshold = 4 << 20
     staging_chunk = 4 << 20
     staging_lanes = 32
+    # registrations are made in chunks of this size on an absolute grid (one registration
+    # of 512 GiB or more fails on r580+ drivers), and no copy may span two of them
+    pin_split = REGISTER_CHUNK
 
     drv: Driver            # set by _init_impl, before any device exists
 
     def __init__(self, config: Config):
         super().__init__(config)
-        self.tls = threading.local()
-        
+        self._read_only: set[int] = set()            # hosts registered READ_ONLY
 
     def _init_impl(self) -> int:
         try:
@@ -250,9 +364,16 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                f"{self.config.cuda_library} not loadable ({exc})") from None
         rc = self.drv.lib.cuInit(0)
-        if rc == CUDA_ERROR_NO_DEVICE:
+        if rc == C.CUDA_ERROR_NO_DEVICE:
             raise OffloadError(ErrorCode.NOT_FOUND, f"cuInit: {self.drv.text(rc)}")
+        if rc == C.CUDA_ERROR_NOT_INITIALIZED and _INIT_PID and _INIT_PID[0] != os.getpid():
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"CUDA was initialised before fork() (in process {_INIT_PID[0]})"
+                               f" and cannot be used in this child: start workers with "
+                               f"multiprocessing's 'spawn' or 'forkserver' method")
         self.drv.check(rc, "cuInit")
+        if not _INIT_PID:
+            _INIT_PID.append(os.getpid())
         n = _ffi.new("int *")
         self.drv.check(self.drv.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
         if n[0] == 0:
@@ -284,8 +405,7 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         return self._device_pointer(d, addr)
 
     def _device_pointer(self, d: int, host: int) -> int:
-        dev = self.device(d)
-        dev.activate()
+        self.device(d).activate()
         out = _ffi.new("CUdeviceptr *")
         self.drv.check(self.drv.lib.cuMemHostGetDevicePointer_v2(out, _ptr(host), 0),
                        "cuMemHostGetDevicePointer")
@@ -294,49 +414,41 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
     # ---- pinning hooks ----------------------------------------------------
     def _lock_impl(self, device: int, host: int, size: int, first: bool,
                    read_only: bool) -> int:
-        dev = self.device(device)
         if first:
-            flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP
-            if read_only:
-                flags |= CU_MEMHOSTREGISTER_READ_ONLY
-            dev.activate()
-            rc = self.drv.lib.cuMemHostRegister_v2(_ptr(host), size, flags)
-            if rc == CUDA_ERROR_OUT_OF_MEMORY:
-                raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
-                                   f"cuMemHostRegister(0x{host:x}, {size}) failed: "
-                                   f"{self.drv.text(rc)}")
-            self.drv.check(rc, f"cuMemHostRegister(0x{host:x}, {size})")
+            self.device(device).activate()
+            if register(self.drv, host, size, read_only, self.pin_split):
+                self._read_only.add(host)
         try:
             return self._device_pointer(device, host)
         except BaseException:            # registered, but unusable: take it back
             if first:
-                self.drv.lib.cuMemHostUnregister(_ptr(host))
+                self._read_only.discard(host)
+                unregister(self.drv, host, size, self.pin_split)
             raise
 
     def _unlock_impl(self, device: int, host: int, size: int, last: bool) -> None:
         if last:
             self.device(device).activate()
-            self.drv.check(self.drv.lib.cuMemHostUnregister(_ptr(host)),
-                           f"cuMemHostUnregister(0x{host:x})")
+            self._read_only.discard(host)
+            unregister(self.drv, host, size, self.pin_split)
+
+    def pin_is_read_only(self, host: int) -> bool:
+        return host in self._read_only
 
     def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
-        """Memory registered by someone else (CuPy, PyTorch): (base, size, device address)."""
+        """Memory registered by someone else (CuPy, PyTorch): (base, size, device address).
+        A range only partly inside such a registration is refused (INVALID_ARGUMENT):
+        recording it as pinned would send every copy down a path the driver refuses."""
         devs = self.initialized_devices()
         if not devs:
             return None
         devs[0].activate()
-        mtype = _ffi.new("unsigned int *")
-        rc = self.drv.lib.cuPointerGetAttribute(mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host)
-        if rc == CUDA_ERROR_INVALID_VALUE or (rc == 0 and mtype[0] != CU_MEMORYTYPE_HOST):
-            return None                 # pageable: not pinned, not an error
-        self.drv.check(rc, "cuPointerGetAttribute(MEMORY_TYPE)")
-        start = _ffi.new("CUdeviceptr *")
-        rsize = _ffi.new("size_t *")
-        if (self.drv.lib.cuPointerGetAttribute(start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                               host) != 0 or
-                self.drv.lib.cuPointerGetAttribute(rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                                   host) != 0):
-            base, n = host, size
-        else:
-            base, n = int(start[0]), int(rsize[0])
+        found = registration(self.drv, host)
+        if found is None:
+            return None     # a foreign registration further in: cuMemHostRegister says 712
+        base, n = found
+        if host + size > base + n:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"0x{host:x} ({size} bytes) is partly registered by another "
+                               f"library (0x{base:x}, {n} bytes): lock within that range")
         return base, n, self._device_pointer(devs[0].id, base)

@@ -204,7 +204,7 @@ class HostDevice(GenericDevice):
                              params_from_ctype(program.ffi, ftype))
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
-                     threads: int | None, queue: Any) -> None:
+                     threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         ffi, fn = kernel.handle
         conv = []
         for (t, is_ptr), a in zip(kernel.params, args, strict=False):

@@ -74,6 +74,8 @@ class _Borrowed:
         if self._given is not None:
             return
         q = self._queue
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            return      # interrupted (a hung kernel?): do not wait, and do not reuse it
         try:
             if exc_type is None:
                 self._queues._hooks._sync_impl(q)

@@ -62,17 +62,23 @@ class Staging:
 
     def copy(self, to_device: bool, tgt: int, host: int, size: int) -> None:
         """Copy [host, host+size) to or from tgt: several workers, each with two buffers,
-        overlap the host memcpy of one chunk with the DMA of another."""
+        overlap the host memcpy of one chunk with the DMA of another. On any exception
+        (Ctrl-C included) the workers stop at their next chunk and are waited for, and
+        every lane's queue drained, before this returns or raises: nothing writes into
+        the caller's memory after that."""
         hooks, chunk = self._hooks, self.chunk
         nchunks = -(-size // chunk)
         workers = max(1, min(self.lanes // 2, nchunks, (os.cpu_count() or 2) - 1))
         todo = iter(range(nchunks))            # shared: next() is atomic under the GIL
-        all_lanes = self._take(2 * workers)
+        cancel = threading.Event()
+        all_lanes: list[Lane] = []
 
         def work(w: int) -> None:
             lanes = all_lanes[2 * w:2 * w + 2]
             pending: list[tuple[int, int] | None] = [None, None]
             for j, c in enumerate(todo):
+                if cancel.is_set():
+                    break
                 buf, q = lanes[j % 2]
                 off = c * chunk
                 n = min(chunk, size - off)
@@ -92,10 +98,12 @@ class Staging:
             for k in (0, 1):
                 hooks._sync_impl(lanes[k][1])
                 last = pending[k]
-                if last is not None:
+                if last is not None and not cancel.is_set():
                     memmove(host + last[0], lanes[k][0], last[1])
 
+        futures: list[concurrent.futures.Future] = []
         try:
+            all_lanes = self._take(2 * workers)
             if workers == 1:
                 work(0)
                 return
@@ -108,5 +116,25 @@ class Staging:
             concurrent.futures.wait(futures)       # all done before the lanes go back
             for f in futures:
                 f.result()
+        except BaseException:
+            cancel.set()
+            _wait_uninterruptibly(futures)
+            for _, q in all_lanes:                  # no DMA may land after we return
+                try:
+                    hooks._sync_impl(q)
+                except BaseException:               # noqa: BLE001 - the first error wins
+                    pass
+            raise
         finally:
-            self._give(all_lanes)
+            if all_lanes:
+                self._give(all_lanes)
+
+
+def _wait_uninterruptibly(futures: list[concurrent.futures.Future]) -> None:
+    """Wait for every future, even through further Ctrl-Cs."""
+    while True:
+        try:
+            concurrent.futures.wait(futures)
+            return
+        except BaseException:                       # noqa: BLE001 - keep waiting
+            continue

@@ -37,3 +37,6 @@ class FakeDriver:
             if base <= host and host + size <= base + n:
                 return base, n, base + 0x7000_0000
         return None
+
+    def pin_is_read_only(self, host):
+        return False
