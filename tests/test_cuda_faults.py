@@ -256,6 +256,7 @@ def test_partly_foreign_registrations_are_refused_clearly(cu, k):
     base = raw.ctypes.data + (-raw.ctypes.data) % 4096
     a = np.frombuffer((ctypes.c_int32 * (1 << 20)).from_address(base), np.int32)
     a[:] = np.arange(a.size)
+    cu.device(0).activate()                  # a live context current for the raw calls
     assert lib.cuMemHostRegister_v2(ctypes.c_void_p(base), ctypes.c_size_t(1 << 20), 0) == 0
     try:
         with pytest.raises(OffloadError, match="partly registered by another library") as ei:
