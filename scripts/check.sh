@@ -3,8 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
-"$py" -m ruff check offload
-"$py" -m mypy offload
+"$py" -m ruff check offload examples/plugin_template
+"$py" -m mypy offload examples/plugin_template/offload_template_plugin
 "$py" scripts/check_layers.py
 "$py" -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 "$py" -m pytest -q "$@"

@@ -728,3 +728,13 @@ def test_no_memory_fault_in_a_mixed_run(amd, sim, kernels):
 
     run_threads(work, [(0,), (1,), (0,), (1,)])
     assert sim.hsa_sim_faults() == faults
+
+
+def test_conformance_hsa_simulator(sim, code_objects):
+    """Issue 17: the plugin contract, AMDGPU plugin over the (strict) simulator."""
+    from offload.config import Config
+    from offload.plugins.amdgpu import AMDGPUPlugin
+    from offload.testing import run_conformance
+    image = offload.load_image(code_objects["gfx90a"])
+    report = run_conformance(AMDGPUPlugin, Config(hsa_library=sim.path), image=image)
+    assert report.devices == 2 and "kernel" in report.passed

@@ -444,3 +444,14 @@ def test_ptx_errors_carry_the_jit_log(cu):
     img = offload.load_image(bad)
     with pytest.raises(OffloadError, match="JIT log"):
         offload.target(img.k, device=0)
+
+
+@gpu
+def test_conformance_cuda(k):
+    """Issue 17: the plugin contract, CUDA plugin on this machine's GPU(s)."""
+    from offload.config import read
+    from offload.plugins.cuda import CUDAPlugin
+    from offload.testing import run_conformance
+    report = run_conformance(CUDAPlugin, read(), image=k)
+    print(report)
+    assert "kernel" in report.passed

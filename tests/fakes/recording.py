@@ -70,3 +70,30 @@ class NoImagePlugin(HostPlugin):
 
     def check_binary(self, binary, dev=None):
         raise OffloadError(ErrorCode.INVALID_BINARY, "the noimage double loads no images")
+
+
+class ShortCopyDevice(HostDevice):
+    def _retrieve_impl(self, host, tgt, size, queue, pinned):
+        super()._retrieve_impl(host, tgt, max(0, size - 1), queue, pinned)
+
+
+class ShortCopyPlugin(HostPlugin):
+    """Host plugin whose copies back lose their last byte (the conformance suite must
+    catch it)."""
+
+    name = "shortcopy"
+    device_class = ShortCopyDevice
+
+
+class ForeignErrorDevice(HostDevice):
+    def _alloc_impl(self, size, kind):
+        if size == 1:
+            raise ValueError("a hook that fails with something else than OffloadError")
+        return super()._alloc_impl(size, kind)
+
+
+class ForeignErrorPlugin(HostPlugin):
+    """Host plugin whose allocation hook raises a foreign exception."""
+
+    name = "foreignerror"
+    device_class = ForeignErrorDevice

@@ -1,9 +1,10 @@
-"""Public introspection for tests (DESIGN.md §5): counts, never the runtime's objects."""
+"""Public helpers for tests: `state()` (DESIGN.md §5: counts, never the runtime's objects)
+and `run_conformance()`, the plugin contract any plugin package can check in its own CI."""
 from __future__ import annotations
 
 from typing import Any
 
-from .runtime import current as _current
+from ..runtime import current as _current
 
 
 def state() -> dict[str, Any]:
@@ -27,3 +28,8 @@ def state() -> dict[str, Any]:
                              "bytes": sum(e.size for e in entries),
                              "locked_pages": plugin.locked_pages()}
     return {"devices": devices, "pins": pins, "pending": rt.nowait.pending()}
+
+
+from .conformance import ConformanceError, run_conformance  # noqa: E402
+
+__all__ = ["ConformanceError", "run_conformance", "state"]
