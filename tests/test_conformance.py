@@ -67,8 +67,9 @@ def test_installed_template_is_found_through_its_entry_point(tmp_path, image):
         pytest.skip("cannot build the template here: no package index, and no setuptools "
                     "with wheel support installed")
     assert res.returncode == 0, res.stderr[-3000:]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), ROOT]),
-               OFFLOAD_TEMPLATE_NUM_DEVICES="2")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(site), ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]),
+        OFFLOAD_TEMPLATE_NUM_DEVICES="2")
     env.pop("OFFLOAD_PLUGINS", None)
     info = subprocess.run([sys.executable, "-m", "offload.cli"], capture_output=True,
                           text=True, env=env)
