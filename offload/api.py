@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .arrays import as_array, span
 from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device
+from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
 from .image import Image
 from .runtime import Handle, Runtime, operation
@@ -285,6 +288,26 @@ class Pinned:
         except OffloadError as exc:
             if exc.code is not ErrorCode.UNINITIALIZED:
                 raise                      # shutting down meanwhile: the pin goes with it
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """kDLCUDAHost / kDLROCMHost when pinned for a GPU; kDLCPU on the host plugin."""
+        kind = {"cuda": KDL_CUDA_HOST, "amdgpu": KDL_ROCM_HOST}.get(self._dev.plugin.name,
+                                                                    KDL_CPU)
+        return kind, 0
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """The pinned host memory as a DLPack capsule (no copy), for consumers that
+        recognise page-locked memory (e.g. torch.from_dlpack)."""
+        if copy:
+            raise OffloadError(ErrorCode.UNSUPPORTED, "Pinned exports without copies")
+        arr = self.array if isinstance(self.array, np.ndarray) else \
+            np.frombuffer(memoryview(self.array).cast("B"), dtype=np.uint8)
+        strides = None if arr.flags.c_contiguous else \
+            tuple(st // arr.dtype.itemsize for st in arr.strides)
+        return make_capsule(self.host, self.__dlpack_device__(), arr.shape, strides, arr.dtype,
+                            not arr.flags.writeable, self,
+                            max_version is not None and max_version[0] >= 1)
 
     def __enter__(self) -> Pinned:
         return self

@@ -6,6 +6,7 @@ from typing import Any
 import cffi
 import numpy as np
 
+from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError
 
 
@@ -83,7 +84,9 @@ def buffer(x: Any, what: str, writable: bool = False) -> tuple[int, int | None]:
     """(address, size in bytes or None for a bare int address) of a pointer argument.
 
     Arrays must be contiguous and hold no Python objects; a destination must be
-    writeable (not bytes, not a read-only array)."""
+    writeable (not bytes, not a read-only array). A foreign device array (CuPy, PyTorch:
+    CUDA Array Interface or DLPack) gives its device pointer, once its producer's stream
+    has finished the work queued on it."""
     if x is None:
         return 0, None
     if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
@@ -91,6 +94,10 @@ def buffer(x: Any, what: str, writable: bool = False) -> tuple[int, int | None]:
         if not 0 <= v < 2**64:
             raise OffloadError(ErrorCode.INVALID_VALUE, f"{what}: address {v} out of range")
         return v, None
+    if is_foreign(x):
+        found = foreign_pointer(x)
+        if found is not None:
+            return found
     arr = as_array(x, what)
     if writable and not arr.flags.writeable:
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,

@@ -424,6 +424,13 @@ class MappingTable:
                     out.append(e)
         return out
 
+    def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
+        """Wait until no operation in flight uses the entries overlapping [p, p+n)."""
+        with self._lock:
+            self._idle.wait_for(
+                lambda: all(e.busy == 0 for e in self._entries
+                            if e.hst_begin < p + max(n, 1) and p < e.hst_end), timeout)
+
     def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
         with self._lock:
             for e in entries:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .arrays import buffer, integer
 from .device import Device
+from .dlpack import is_foreign
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, memmove
 from .runtime import current as _current
@@ -171,6 +172,15 @@ def _copy(dst: int, src: int, n: int, ddev: Device | None, sdev: Device | None) 
         ddev.submit(dst, buf.ctypes.data, n)
 
 
+def _device_array_on_device(x: Any, dev: Device | None, what: str) -> None:
+    """A foreign device array (CuPy, PyTorch) must be named with its GPU's device number."""
+    if dev is None and is_foreign(x):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"{what} is a device array ({type(x).__name__}) but its device "
+                           f"number names the initial device; pass the number of the device "
+                           f"that holds it")
+
+
 def _within(limit: int | None, offset: int, length: int, what: str) -> None:
     if limit is not None and offset + length > limit:
         raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -206,6 +216,8 @@ def omp_target_memcpy(dst: Any, src: Any, length: int, dst_offset: int, src_offs
         soff = integer(src_offset, "omp_target_memcpy: src_offset")
         d, dlim = buffer(dst, "omp_target_memcpy: dst", writable=True)
         s, slim = buffer(src, "omp_target_memcpy: src")
+        _device_array_on_device(dst, ddev, "omp_target_memcpy: dst")
+        _device_array_on_device(src, sdev, "omp_target_memcpy: src")
         if n == 0:
             return OFFLOAD_SUCCESS
         if d == 0 or s == 0:
@@ -262,6 +274,8 @@ def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
         sdim = _int_list(src_dimensions, f"{what}: src_dimensions", nd)
         d, dlim = buffer(dst, f"{what}: dst", writable=True)
         s, slim = buffer(src, f"{what}: src")
+        _device_array_on_device(dst, ddev, f"{what}: dst")
+        _device_array_on_device(src, sdev, f"{what}: src")
         if d == 0 or s == 0:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"{what}: NULL {'dst' if d == 0 else 'src'} pointer")

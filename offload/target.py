@@ -1,6 +1,7 @@
 """Target regions: map, launch, unmap; kernel arguments from mappings; host fallback."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from .arrays import span
 from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info, TargetOffload
 from .device import Device
+from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
@@ -30,13 +32,15 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
 @operation
 def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
            teams: int | None = None, threads: int | None = None, shared_mem: int = 0,
-           nowait: bool = False) -> Handle | None:
+           nowait: bool = False, stream: Any = None) -> Handle | None:
     """Run `kernel` on a device: map, launch, unmap (`#pragma omp target`).
 
     Array arguments become the device address of their first element through the
     mapping that holds them; arrays no clause or mapping covers are mapped `tofrom`
     for the region. An int passed for a pointer parameter is taken as a device
-    address (is_device_ptr). Scalars pass by value, typed by the kernel's parameters.
+    address (is_device_ptr), and so is a foreign device array (CuPy, PyTorch: CUDA Array
+    Interface or DLPack), once the work its stream holds has finished. Scalars pass by
+    value, typed by the kernel's parameters.
 
     Args:
         kernel: a kernel of an image, e.g. `image.add_one`.
@@ -49,6 +53,8 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         shared_mem: bytes of dynamic shared memory for the kernel (`extern __shared__` on
             CUDA, dynamic LDS on AMDGPU; ignored on the host).
         nowait: return at once with a Handle; read the arrays only after `wait()`.
+        stream: an `offload.Stream` (`offload.stream(device)`): run the region's copies
+            and kernel on it, after the work CuPy or PyTorch queued there.
 
     Returns:
         None, or a Handle with `nowait=True`.
@@ -66,6 +72,9 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                            f"target: expected a kernel (image.name), got {type(kernel).__name__}")
     rt = _current()
     dev = rt.construct_device(device)
+    if any(is_foreign(a) for a in args):
+        args = _device_pointers(args, dev)
+    queue = _stream_queue(stream, dev)
     binary = dev.binary_for(kernel) if dev is not None else None
     if dev is not None and binary is None:
         if rt.config.target_offload is TargetOffload.MANDATORY:
@@ -84,9 +93,39 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
     if nowait:
         return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads,
-                               shared_mem)
-    _target(kernel, binary, args, map, dev, teams, threads, shared_mem)
+                               shared_mem, queue)
+    _target(kernel, binary, args, map, dev, teams, threads, shared_mem, queue)
     return None
+
+
+def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]:
+    """Foreign device arrays as device addresses (is_device_ptr)."""
+    out = []
+    for i, a in enumerate(args):
+        if is_foreign(a):
+            if dev is None:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"target: argument {i} is a device array "
+                                   f"({type(a).__name__}) but the region runs on the initial "
+                                   f"device; name the device that holds it with device=")
+            found = foreign_pointer(a)
+            assert found is not None
+            a = found[0]
+        out.append(a)
+    return tuple(out)
+
+
+def _stream_queue(stream: Any, dev: Device | None) -> Any:
+    """The queue of an offload.Stream made for `dev` (None for no stream)."""
+    if stream is None:
+        return None
+    queue = getattr(stream, "queue", None)
+    owner = getattr(stream, "device", object())
+    if dev is None or owner != dev.number:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"target: stream= must be an offload.Stream of the region's device "
+                           f"({'the host' if dev is None else dev.number}), got {stream!r}")
+    return queue
 
 
 def _report_fallback(kernel: Kernel, dev: Device) -> None:
@@ -107,7 +146,8 @@ _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 
 def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[Any],
-            dev: Device, teams: int | None, threads: int | None, shared_mem: int = 0) -> None:
+            dev: Device, teams: int | None, threads: int | None, shared_mem: int = 0,
+            stream_queue: Any = None) -> None:
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     table = dev.table
     spans: list[tuple[int, int] | None] = []
@@ -123,7 +163,7 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
             items.append(MapClause(a, _IMPLICIT_TOFROM).item())
     busy: list = []
     try:
-        with dev.queue() as queue:
+        with dev.queue(stream_queue) as queue:
             table.target_data_begin(items, queue)
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
@@ -138,10 +178,15 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
                           f"{threads or 'default'} threads, {len(kargs)} argument(s)",
                           file=sys.stderr)
                 dev.launch(kernel, kargs, teams, threads, queue, binary, shared_mem)
-            except BaseException:
+            except BaseException as exc:
+                if stream_queue is not None and isinstance(exc, Exception):
+                    with contextlib.suppress(Exception):   # as a queue of ours would
+                        dev.synchronize(stream_queue)
                 table.target_data_end(items, queue, copy_back=False, own=busy)
                 raise
             table.target_data_end(items, queue, own=busy)
+            if stream_queue is not None:
+                dev.synchronize(stream_queue)      # a queue of ours would sync on exit
     finally:
         if busy:
             table.release_busy(busy)               # the queue has drained

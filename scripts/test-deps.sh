@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages the AMDGPU tests use: the real ROCr runtime and headers (ROCm 5.2.3),
-# clang/lld 19 to build real AMDGPU code objects, a C++ compiler for the header check.
+# clang/lld 19 to build real AMDGPU code objects, a C++ compiler for the header check,
+# Open MPI for the mpiexec -n 2 run of examples/mpi_stencil.py.
 # Installs only what is missing, and only where it can (root with apt-get); without
 # them those tests skip and say why.
 set -euo pipefail
 command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] || exit 0
 need=""
-for p in libhsa-runtime64-1 libhsa-runtime-dev clang-19 lld-19 g++; do
+for p in libhsa-runtime64-1 libhsa-runtime-dev clang-19 lld-19 g++ openmpi-bin; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -54,6 +54,11 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+CUresult cuEventQuery(CUevent hEvent);
+CUresult cuEventDestroy_v2(CUevent hEvent);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                             int *options, void **optionValues);
@@ -102,6 +107,7 @@ CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_READ_ONLY = 0x08
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_DISABLE_TIMING = 0x2
 CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import Config
+from ..dlpack import register_stream_waiter, unregister_stream_waiter
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import cubin_sm
@@ -374,6 +375,7 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         self.drv.check(rc, "cuInit")
         if not _INIT_PID:
             _INIT_PID.append(os.getpid())
+        register_stream_waiter(self.wait_foreign_stream)
         n = _ffi.new("int *")
         self.drv.check(self.drv.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
         if n[0] == 0:
@@ -434,6 +436,33 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
 
     def pin_is_read_only(self, host: int) -> bool:
         return host in self._read_only
+
+    def _deinit_impl(self) -> None:
+        unregister_stream_waiter(self.wait_foreign_stream)
+
+    def wait_foreign_stream(self, stream: int) -> None:
+        """Wait for the work queued so far on a foreign CUDA stream (a raw CUstream; 1 and
+        2 name the legacy and per-thread default streams of the current context): an
+        event recorded on it, polled so Ctrl-C is delivered. No device-wide synchronize."""
+        drv = self.drv
+        drv.alive()
+        handle = ffi.cast("CUstream", 0 if stream == 1 else stream)
+        if stream not in (1, 2):                # the stream's own context, not ours
+            ctx = ffi.new("CUcontext *")
+            drv.check(drv.lib.cuStreamGetCtx(handle, ctx), f"cuStreamGetCtx(0x{stream:x})")
+            drv.check(drv.lib.cuCtxSetCurrent(ctx[0]), "cuCtxSetCurrent")
+        ev = ffi.new("CUevent *")
+        drv.check(drv.lib.cuEventCreate(ev, C.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        try:
+            drv.check(drv.lib.cuEventRecord(ev[0], handle), f"cuEventRecord(0x{stream:x})")
+            delay = 20e-6
+            while (rc := drv.lib.cuEventQuery(ev[0])) == C.CUDA_ERROR_NOT_READY:
+                Interrupts.deliver()
+                time.sleep(delay)
+                delay = min(delay * 2, 1e-3)
+            drv.check(rc, "cuEventQuery")
+        finally:
+            drv.lib.cuEventDestroy_v2(ev[0])
 
     def _is_pinned_impl(self, host: int, size: int) -> tuple[int, int, int] | None:
         """Memory registered by someone else (CuPy, PyTorch): (base, size, device address).

@@ -1,0 +1,200 @@
+"""DLPack at the C level, with cffi: capsules of the DLPack 1.0 versioned layout (and the
+0.x layout for consumers that ask for no version) whose deleter a consumer calls, and
+reading the device pointer of a foreign array (CUDA Array Interface, or DLPack)."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import cffi
+import numpy as np
+
+from .errors import ErrorCode, OffloadError
+
+__all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
+           "foreign_pointer", "is_foreign", "make_capsule", "register_stream_waiter",
+           "unregister_stream_waiter"]
+
+_ffi = cffi.FFI()
+_ffi.cdef("""
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  void *data; DLDevice device; int32_t ndim; DLDataType dtype;
+  int64_t *shape; int64_t *strides; uint64_t byte_offset;
+} DLTensor;
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version; void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags; DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor; void *manager_ctx; void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+""")
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST = 1, 2, 3, 10, 11
+_DTYPE_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+_READ_ONLY = 1                                     # DLPACK_FLAG_BITMASK_READ_ONLY
+_VERSIONED, _LEGACY = b"dltensor_versioned", b"dltensor"
+
+_api = ctypes.pythonapi
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_get_pointer_obj = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_is_valid_obj = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+
+# what a live capsule needs: kept until its deleter runs
+_alive: dict[int, tuple] = {}
+_alive_lock = threading.Lock()
+
+
+def _release(address: int) -> None:
+    with _alive_lock:
+        _alive.pop(address, None)
+
+
+@_ffi.callback("void(DLManagedTensorVersioned *)")
+def _delete_versioned(self: Any) -> None:
+    _release(int(_ffi.cast("uintptr_t", self)))
+
+
+@_ffi.callback("void(DLManagedTensor *)")
+def _delete_legacy(self: Any) -> None:
+    _release(int(_ffi.cast("uintptr_t", self)))
+
+
+def _capsule_destructor(capsule: int) -> None:
+    """A capsule nobody consumed: call its tensor's deleter (the DLPack rule)."""
+    for name, ctype in ((_VERSIONED, "DLManagedTensorVersioned *"),
+                        (_LEGACY, "DLManagedTensor *")):
+        if _api.PyCapsule_IsValid(capsule, name):
+            ptr = _api.PyCapsule_GetPointer(capsule, name)
+            managed = _ffi.cast(ctype, ptr)
+            if managed.deleter != _ffi.NULL:
+                managed.deleter(managed)
+            return
+
+
+_DESTROY = _DESTRUCTOR(_capsule_destructor)
+
+
+def _dl_dtype(dtype: np.dtype) -> tuple[int, int, int]:
+    code = _DTYPE_CODES.get(dtype.kind)
+    if code is None or dtype.fields is not None:
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"DLPack has no type for numpy dtype {dtype}")
+    return code, dtype.itemsize * 8, 1
+
+
+def make_capsule(data: int, device: tuple[int, int], shape: tuple[int, ...],
+                 strides: tuple[int, ...] | None, dtype: np.dtype, read_only: bool,
+                 owner: Any, versioned: bool) -> Any:
+    """A DLPack capsule for memory at `data` (kept alive through `owner`)."""
+    ctype = "DLManagedTensorVersioned *" if versioned else "DLManagedTensor *"
+    managed = _ffi.new(ctype)
+    n = len(shape)
+    shape_c = _ffi.new("int64_t[]", list(shape) or [0])
+    strides_c = _ffi.new("int64_t[]", list(strides or ()) or [0]) if strides else _ffi.NULL
+    t = managed.dl_tensor
+    t.data = _ffi.cast("void *", data)
+    t.device.device_type, t.device.device_id = device
+    t.ndim = n
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = _dl_dtype(dtype)
+    t.shape = shape_c
+    t.strides = strides_c
+    t.byte_offset = 0
+    if versioned:
+        managed.version.major, managed.version.minor = 1, 0
+        managed.flags = _READ_ONLY if read_only else 0
+        managed.deleter = _delete_versioned
+    else:
+        managed.deleter = _delete_legacy
+    address = int(_ffi.cast("uintptr_t", managed))
+    with _alive_lock:
+        _alive[address] = (managed, shape_c, strides_c, owner)
+    return _api.PyCapsule_New(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
+
+
+# the functions that wait for a foreign stream (the CUDA plugin registers one)
+_stream_waiters: list[Callable[[int], None]] = []
+
+
+def register_stream_waiter(fn: Callable[[int], None]) -> None:
+    """Let `foreign_pointer` wait on a producer's stream through `fn(stream)`."""
+    if fn not in _stream_waiters:
+        _stream_waiters.append(fn)
+
+
+def unregister_stream_waiter(fn: Callable[[int], None]) -> None:
+    if fn in _stream_waiters:
+        _stream_waiters.remove(fn)
+
+
+def _wait_producer(stream: int | None) -> None:
+    if stream is not None:
+        for fn in list(_stream_waiters):
+            fn(stream)
+
+
+_PLAIN = (np.ndarray, np.generic, int, float, bool, bytes, bytearray, memoryview)
+
+
+def is_foreign(obj: Any) -> bool:
+    """Whether `obj` is a foreign device array (CUDA Array Interface, or DLPack on a GPU)."""
+    if isinstance(obj, _PLAIN) or obj is None:
+        return False
+    if hasattr(type(obj), "__cuda_array_interface__"):
+        return True
+    try:
+        return obj.__dlpack_device__()[0] in (KDL_CUDA, KDL_ROCM)
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return False
+
+
+def foreign_pointer(obj: Any) -> tuple[int, int] | None:
+    """(device pointer, bytes) of a foreign device array (CUDA Array Interface v3, or
+    DLPack on a CUDA/ROCm device), else None. Work the producer queued on the stream it
+    names has finished when this returns; the pointer is valid while `obj` lives."""
+    if isinstance(obj, _PLAIN) or obj is None:
+        return None
+    if hasattr(type(obj), "__cuda_array_interface__"):
+        desc = obj.__cuda_array_interface__
+        nbytes = int(np.prod(desc["shape"], dtype=np.int64)) * np.dtype(desc["typestr"]).itemsize
+        stream = desc.get("stream")
+        if stream == 0:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"{type(obj).__name__}.__cuda_array_interface__: stream 0 is "
+                               f"disallowed by the interface (1 or 2 name the default streams)")
+        _wait_producer(int(stream) if stream is not None else None)
+        return int(desc["data"][0] or 0), nbytes
+    if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
+        kind, _ = obj.__dlpack_device__()
+        if kind not in (KDL_CUDA, KDL_ROCM):
+            return None
+        stream = 1 if kind == KDL_CUDA else None      # the legacy default stream
+        try:
+            capsule = obj.__dlpack__(stream=stream)
+        except TypeError:                               # a producer without the argument
+            capsule, stream = obj.__dlpack__(), None
+        if _is_valid_obj(capsule, _VERSIONED):
+            t = _ffi.cast("DLManagedTensorVersioned *",
+                          _get_pointer_obj(capsule, _VERSIONED)).dl_tensor
+        else:
+            t = _ffi.cast("DLManagedTensor *", _get_pointer_obj(capsule, _LEGACY)).dl_tensor
+        nbytes = int(np.prod([t.shape[i] for i in range(t.ndim)], dtype=np.int64)) * \
+            (t.dtype.bits * t.dtype.lanes // 8)
+        address = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
+        _wait_producer(stream)
+        return address, nbytes          # the unconsumed capsule frees its tensor: obj owns the data
+    return None

@@ -1,0 +1,212 @@
+"""Zero-copy interop: a mapped array's device copy as a DLPack / CUDA Array Interface
+object (`device_array`), foreign device arrays (CuPy, PyTorch, anything with
+`__cuda_array_interface__` or `__dlpack__`) as kernel arguments and copy endpoints, and
+waiting on a foreign stream.
+
+DLPack capsules are built here with cffi (the DLPack 1.0 versioned layout, and the 0.x
+layout for consumers that ask for no version); the deleter a consumer calls releases them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import cffi
+import numpy as np
+
+from .arrays import span
+from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, make_capsule
+from .errors import ErrorCode, OffloadError
+from .runtime import current as _current
+from .runtime import omp_initial_device, operation
+
+_ffi = cffi.FFI()
+
+__all__ = ["DeviceArray", "Stream", "device_array", "stream", "wait_stream"]
+
+class DeviceArray:
+    """The device copy of a mapped array: `ptr`, `nbytes`, `shape`, `dtype`, `device`,
+    and the `__dlpack__` / `__dlpack_device__` protocols (plus
+    `__cuda_array_interface__` on a CUDA device). Valid while the mapping exists (as
+    omp_get_mapped_ptr's address); no byte is copied."""
+
+    def __init__(self, ptr: int, array: np.ndarray, device: int, dl_device: tuple[int, int],
+                 plugin: str):
+        self.ptr = ptr
+        self.array = array
+        self.nbytes = array.nbytes
+        self.shape = array.shape
+        self.dtype = array.dtype
+        self.device = device
+        self.plugin = plugin
+        self._dl_device = dl_device
+        self._contiguous_c = array.flags.c_contiguous
+
+    def _strides(self) -> tuple[int, ...] | None:
+        if self._contiguous_c:
+            return None                     # compact row-major: DLPack says NULL
+        return tuple(s // self.dtype.itemsize for s in self.array.strides)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._dl_device
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule of the device copy (versioned when the consumer asks for
+        1.x). offload's work on the array has finished when this returns, so the data is
+        ready on any stream the consumer names."""
+        if copy:
+            raise OffloadError(ErrorCode.UNSUPPORTED, "device_array exports without copies")
+        if dl_device is not None and tuple(dl_device) != self._dl_device:
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"device_array lives on {self._dl_device}, not {dl_device}")
+        _wait_for_work(self)
+        versioned = max_version is not None and max_version[0] >= 1
+        return make_capsule(self.ptr, self._dl_device, self.shape, self._strides(),
+                            self.dtype, not self.array.flags.writeable, self, versioned)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.plugin != "cuda":
+            raise AttributeError("__cuda_array_interface__: not a CUDA device array")
+        _wait_for_work(self)
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (self.ptr, not self.array.flags.writeable), "version": 3,
+                "strides": None if self._contiguous_c else self.array.strides,
+                "stream": None}             # ready: no stream to order against
+
+    def __repr__(self) -> str:
+        return (f"<DeviceArray {self.dtype}{list(self.shape)} at 0x{self.ptr:x} on device "
+                f"{self.device} ({self.plugin})>")
+
+
+def _wait_for_work(view: DeviceArray) -> None:
+    """Let nowait work in flight on the array's mapping finish first."""
+    dev = _current().device(view.device)
+    if dev is None:
+        return
+    p, n = span(view.array)
+    dev.table.wait_idle(p, n)
+
+
+_DL_KIND = {"cuda": (KDL_CUDA, KDL_CUDA_HOST), "amdgpu": (KDL_ROCM, KDL_ROCM_HOST)}
+
+
+@operation
+def device_array(a: Any, device: int | None = None) -> DeviceArray:
+    """The device copy of mapped array `a` as a zero-copy DLPack / CUDA Array Interface
+    object, for CuPy (`cupy.from_dlpack`, `cupy.asarray`), PyTorch (`torch.from_dlpack`)
+    or, on the host plugin, `numpy.from_dlpack`.
+
+    Raises:
+        OffloadError: NOT_FOUND when `a` is not mapped on the device; INVALID_VALUE for
+            the initial device (`a` itself is the host copy).
+
+    Example:
+        >>> with offload.target_data(offload.tofrom(a), device=0):
+        ...     t = torch.from_dlpack(offload.device_array(a, 0))   # same memory
+    """
+    from .arrays import as_array
+    arr = as_array(a, "device_array")
+    rt = _current()
+    dev = rt.device(device)
+    if dev is None:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           "device_array: the initial device holds the array itself")
+    p, n = span(arr)
+    e = dev.table.lookup(p, max(n, 1))
+    if e is None:
+        raise OffloadError(ErrorCode.NOT_FOUND,
+                           f"device_array: the array at 0x{p:x} ({n} bytes) is not mapped on "
+                           f"device {dev.number}; map it first (target_data, "
+                           f"target_enter_data)")
+    kind = _DL_KIND.get(dev.plugin.name, (KDL_CPU, KDL_CPU))[0]
+    return DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number,
+                       (kind, dev.local_id if kind != KDL_CPU else 0), dev.plugin.name)
+
+
+class Stream:
+    """A queue of offload's, handed out: `handle` is its raw stream (a CUstream on CUDA,
+    0 on the host plugin), for `cupy.cuda.ExternalStream(s.handle)` or
+    `torch.cuda.ExternalStream(s.handle)`; `target(..., stream=s)` runs a region on it,
+    after what the other library queued there. `close()` (or the end of a `with` block)
+    waits for it and gives it back."""
+
+    def __init__(self, device: int, queue: Any, handle: int, release: Any, sync: Any):
+        self.device = device
+        self.queue = queue
+        self.handle = handle
+        self._release = release
+        self._sync = sync
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (cuda.core, CuPy): (version 0, handle)."""
+        return 0, self.handle
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on the stream, by polling (Ctrl-C still works)."""
+        if self.queue is not None:
+            self._sync(self.queue)
+
+    def close(self) -> None:
+        """Wait for the stream, then give the queue back (once)."""
+        if self._release is not None:
+            self.synchronize()
+            release, self._release = self._release, None
+            release(self.queue)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<offload.Stream 0x{self.handle:x} on device {self.device}>"
+
+
+@operation
+def stream(device: int | None = None) -> Stream:
+    """A queue of offload's on `device` as a Stream with a raw handle other libraries can
+    queue work on (see Stream). The initial device gives a Stream with handle 0 on which
+    everything is already complete."""
+    dev = _current().device(device)
+    if dev is None:
+        return Stream(omp_initial_device, None, 0, None, None)
+    q = dev.get_queue()
+    handle = _handle(q)
+    return Stream(dev.number, q, handle, dev.release_queue, dev.synchronize)
+
+
+def _handle(queue: Any) -> int:
+    if queue is None:
+        return 0
+    if isinstance(queue, int):
+        return queue
+    try:
+        return int(_ffi.cast("uintptr_t", queue))
+    except TypeError:                 # a plugin's own queue object (not a driver handle)
+        return id(queue)
+
+
+@operation
+def wait_stream(stream: Any, device: int | None = None) -> None:
+    """Wait until the work a foreign library queued on CUDA stream `stream` (a raw
+    CUstream handle: `cupy.cuda.get_current_stream().ptr`,
+    `torch.cuda.current_stream().cuda_stream`) has finished, before offload's next
+    operation: an event recorded on that stream, waited for by polling (so Ctrl-C still
+    works). No device-wide synchronize."""
+    if isinstance(stream, Stream):
+        stream.synchronize()
+        return
+    if hasattr(stream, "__cuda_stream__"):
+        stream = stream.__cuda_stream__()[1]
+    elif not isinstance(stream, int):
+        stream = getattr(stream, "ptr", getattr(stream, "cuda_stream", stream))
+    if not isinstance(stream, int) or stream < 0:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"wait_stream: expected a raw stream handle (int) or a CuPy / "
+                           f"PyTorch stream, got {stream!r}")
+    dev = _current().device(device)
+    if dev is None or dev.plugin.name != "cuda":
+        return                        # nothing runs asynchronously to wait for
+    dev.plugin.wait_foreign_stream(stream)   # type: ignore[attr-defined]
