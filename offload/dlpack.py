@@ -4,7 +4,10 @@ reading the device pointer of a foreign array (CUDA Array Interface, or DLPack).
 from __future__ import annotations
 
 import ctypes
+import inspect
+import math
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -14,8 +17,8 @@ import numpy as np
 from .errors import ErrorCode, OffloadError
 
 __all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
-           "foreign_pointer", "is_foreign", "make_capsule", "register_stream_waiter",
-           "unregister_stream_waiter"]
+           "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
+           "register_stream_waiter", "unregister_stream_waiter"]
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -97,54 +100,80 @@ def _dl_dtype(dtype: np.dtype) -> tuple[int, int, int]:
     return code, dtype.itemsize * 8, 1
 
 
+_T_VERSIONED = _ffi.typeof("DLManagedTensorVersioned *")
+_T_LEGACY = _ffi.typeof("DLManagedTensor *")
+_T_UINTPTR = _ffi.typeof("uintptr_t")
+
+
+class Layout:
+    """A DLTensor filled once (data, device, shape, strides, dtype), copied into every
+    capsule made from it; owns the shape and stride arrays the capsules point to."""
+
+    __slots__ = ("shape_c", "strides_c", "tensor")
+
+    def __init__(self, data: int, device: tuple[int, int], shape: tuple[int, ...],
+                 strides: tuple[int, ...] | None, dtype: np.dtype):
+        self.shape_c = _ffi.new("int64_t[]", list(shape) or [0])
+        self.strides_c = _ffi.new("int64_t[]", list(strides)) if strides else _ffi.NULL
+        t = self.tensor = _ffi.new("DLTensor *")
+        t.data = _ffi.cast("void *", data)
+        t.device.device_type, t.device.device_id = device
+        t.ndim = len(shape)
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = _dl_dtype(dtype)
+        t.shape = self.shape_c
+        t.strides = self.strides_c
+        t.byte_offset = 0
+
+
+def capsule(layout: Layout, read_only: bool, owner: Any, versioned: bool) -> Any:
+    """A DLPack capsule of `layout`'s tensor (the memory kept alive through `owner`)."""
+    if versioned:
+        managed = _ffi.new(_T_VERSIONED)
+        managed.version.major = 1
+        managed.flags = _READ_ONLY if read_only else 0
+        managed.deleter = _delete_versioned
+    else:
+        managed = _ffi.new(_T_LEGACY)
+        managed.deleter = _delete_legacy
+    managed.dl_tensor = layout.tensor[0]
+    address = int(_ffi.cast(_T_UINTPTR, managed))
+    with _alive_lock:
+        _alive[address] = (managed, layout, owner)
+    return _api.PyCapsule_New(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
+
+
 def make_capsule(data: int, device: tuple[int, int], shape: tuple[int, ...],
                  strides: tuple[int, ...] | None, dtype: np.dtype, read_only: bool,
                  owner: Any, versioned: bool) -> Any:
     """A DLPack capsule for memory at `data` (kept alive through `owner`)."""
-    ctype = "DLManagedTensorVersioned *" if versioned else "DLManagedTensor *"
-    managed = _ffi.new(ctype)
-    n = len(shape)
-    shape_c = _ffi.new("int64_t[]", list(shape) or [0])
-    strides_c = _ffi.new("int64_t[]", list(strides or ()) or [0]) if strides else _ffi.NULL
-    t = managed.dl_tensor
-    t.data = _ffi.cast("void *", data)
-    t.device.device_type, t.device.device_id = device
-    t.ndim = n
-    t.dtype.code, t.dtype.bits, t.dtype.lanes = _dl_dtype(dtype)
-    t.shape = shape_c
-    t.strides = strides_c
-    t.byte_offset = 0
-    if versioned:
-        managed.version.major, managed.version.minor = 1, 0
-        managed.flags = _READ_ONLY if read_only else 0
-        managed.deleter = _delete_versioned
-    else:
-        managed.deleter = _delete_legacy
-    address = int(_ffi.cast("uintptr_t", managed))
-    with _alive_lock:
-        _alive[address] = (managed, shape_c, strides_c, owner)
-    return _api.PyCapsule_New(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
+    return capsule(Layout(data, device, shape, strides, dtype), read_only, owner, versioned)
 
 
-# the functions that wait for a foreign stream (the CUDA plugin registers one)
-_stream_waiters: list[Callable[[int], None]] = []
+# the functions that wait for a foreign stream (a live CUDA plugin registers one); bound
+# methods are held weakly, so a plugin nobody uses any more drops out by itself
+_stream_waiters: list[Any] = []
+
+
+def _ref(fn: Callable[[int], None]) -> Any:
+    return weakref.WeakMethod(fn) if inspect.ismethod(fn) else (lambda: fn)
 
 
 def register_stream_waiter(fn: Callable[[int], None]) -> None:
     """Let `foreign_pointer` wait on a producer's stream through `fn(stream)`."""
-    if fn not in _stream_waiters:
-        _stream_waiters.append(fn)
+    if all(r() != fn for r in _stream_waiters):
+        _stream_waiters.append(_ref(fn))
 
 
 def unregister_stream_waiter(fn: Callable[[int], None]) -> None:
-    if fn in _stream_waiters:
-        _stream_waiters.remove(fn)
+    _stream_waiters[:] = [r for r in _stream_waiters if r() is not None and r() != fn]
 
 
 def _wait_producer(stream: int | None) -> None:
     if stream is not None:
-        for fn in list(_stream_waiters):
-            fn(stream)
+        for r in list(_stream_waiters):
+            fn = r()
+            if fn is not None:
+                fn(stream)
 
 
 _PLAIN = (np.ndarray, np.generic, int, float, bool, bytes, bytearray, memoryview)
@@ -170,7 +199,7 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
         return None
     if hasattr(type(obj), "__cuda_array_interface__"):
         desc = obj.__cuda_array_interface__
-        nbytes = int(np.prod(desc["shape"], dtype=np.int64)) * np.dtype(desc["typestr"]).itemsize
+        nbytes = math.prod(desc["shape"]) * np.dtype(desc["typestr"]).itemsize
         stream = desc.get("stream")
         if stream == 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -192,7 +221,7 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
                           _get_pointer_obj(capsule, _VERSIONED)).dl_tensor
         else:
             t = _ffi.cast("DLManagedTensor *", _get_pointer_obj(capsule, _LEGACY)).dl_tensor
-        nbytes = int(np.prod([t.shape[i] for i in range(t.ndim)], dtype=np.int64)) * \
+        nbytes = math.prod(t.shape[i] for i in range(t.ndim)) * \
             (t.dtype.bits * t.dtype.lanes // 8)
         address = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
         _wait_producer(stream)

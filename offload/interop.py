@@ -14,7 +14,7 @@ import cffi
 import numpy as np
 
 from .arrays import span
-from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, make_capsule
+from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
 from .runtime import omp_initial_device, operation
@@ -30,7 +30,7 @@ class DeviceArray:
     omp_get_mapped_ptr's address); no byte is copied."""
 
     def __init__(self, ptr: int, array: np.ndarray, device: int, dl_device: tuple[int, int],
-                 plugin: str):
+                 plugin: str, entry: Any = None, table: Any = None):
         self.ptr = ptr
         self.array = array
         self.nbytes = array.nbytes
@@ -40,6 +40,8 @@ class DeviceArray:
         self.plugin = plugin
         self._dl_device = dl_device
         self._contiguous_c = array.flags.c_contiguous
+        self._entry, self._table = entry, table
+        self._layout: Layout | None = None
 
     def _strides(self) -> tuple[int, ...] | None:
         if self._contiguous_c:
@@ -60,9 +62,11 @@ class DeviceArray:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                f"device_array lives on {self._dl_device}, not {dl_device}")
         _wait_for_work(self)
-        versioned = max_version is not None and max_version[0] >= 1
-        return make_capsule(self.ptr, self._dl_device, self.shape, self._strides(),
-                            self.dtype, not self.array.flags.writeable, self, versioned)
+        if self._layout is None:
+            self._layout = Layout(self.ptr, self._dl_device, self.shape, self._strides(),
+                                  self.dtype)
+        return capsule(self._layout, not self.array.flags.writeable, self,
+                       max_version is not None and max_version[0] >= 1)
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -81,11 +85,11 @@ class DeviceArray:
 
 def _wait_for_work(view: DeviceArray) -> None:
     """Let nowait work in flight on the array's mapping finish first."""
-    dev = _current().device(view.device)
-    if dev is None:
-        return
-    p, n = span(view.array)
-    dev.table.wait_idle(p, n)
+    if view._entry is not None and view._entry.busy == 0:
+        return                                      # the common case: nothing in flight
+    if view._table is not None:
+        p, n = span(view.array)
+        view._table.wait_idle(p, n)
 
 
 _DL_KIND = {"cuda": (KDL_CUDA, KDL_CUDA_HOST), "amdgpu": (KDL_ROCM, KDL_ROCM_HOST)}
@@ -121,7 +125,8 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
                            f"target_enter_data)")
     kind = _DL_KIND.get(dev.plugin.name, (KDL_CPU, KDL_CPU))[0]
     return DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number,
-                       (kind, dev.local_id if kind != KDL_CPU else 0), dev.plugin.name)
+                       (kind, dev.local_id if kind != KDL_CPU else 0), dev.plugin.name, e,
+                       dev.table)
 
 
 class Stream:

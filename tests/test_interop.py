@@ -173,3 +173,21 @@ def test_pinned_exports_its_memory(rt):
         assert pin.__dlpack_device__() == (dlpack.KDL_CPU, 0)   # host plugin: plain CPU
         v = np.from_dlpack(pin)
         assert v.ctypes.data == a.ctypes.data and v[5] == 5.0
+
+
+def test_waiters_of_dead_plugins_drop_out(rt):
+    """A plugin registers its bound method weakly: once the plugin is gone (or was only
+    probed), foreign arrays are not handed to it."""
+    calls = []
+
+    class Plugin:
+        def wait(self, stream):
+            calls.append(stream)
+
+    p = Plugin()
+    dlpack.register_stream_waiter(p.wait)
+    dlpack.foreign_pointer(CAIArray(64, (1,), np.int8, stream=7))
+    assert calls == [7]
+    del p
+    dlpack.foreign_pointer(CAIArray(64, (1,), np.int8, stream=8))
+    assert calls == [7]

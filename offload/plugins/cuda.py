@@ -444,9 +444,13 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         """Wait for the work queued so far on a foreign CUDA stream (a raw CUstream; 1 and
         2 name the legacy and per-thread default streams of the current context): an
         event recorded on it, polled so Ctrl-C is delivered. No device-wide synchronize."""
+        if not self.initialized_devices():
+            return          # a plugin with no device in use has no stream of ours to order
         drv = self.drv
         drv.alive()
         handle = ffi.cast("CUstream", 0 if stream == 1 else stream)
+        if drv.lib.cuStreamQuery(handle) == C.CUDA_SUCCESS:
+            return                              # idle: nothing queued to wait for
         if stream not in (1, 2):                # the stream's own context, not ours
             ctx = ffi.new("CUcontext *")
             drv.check(drv.lib.cuStreamGetCtx(handle, ctx), f"cuStreamGetCtx(0x{stream:x})")
