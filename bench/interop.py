@@ -37,6 +37,10 @@ def main() -> None:
         assert c.data.ptr == ptr and foreign_pointer(c)[0] == ptr
         vals["export to CuPy (device_array + cupy.from_dlpack)"] = per_call(
             lambda: cupy.from_dlpack(offload.device_array(a, 0)))
+        dv = offload.device_array(a, 0)
+        vals["offload's part: device_array"] = per_call(lambda: offload.device_array(a, 0))
+        vals["offload's part: __dlpack__ (versioned capsule)"] = per_call(
+            lambda: dv.__dlpack__(max_version=(1, 0)))
         vals["import from CuPy (CAI, stream waited)"] = per_call(lambda: foreign_pointer(c))
         vals["round trip CuPy"] = per_call(
             lambda: foreign_pointer(cupy.from_dlpack(offload.device_array(a, 0))))

@@ -31,6 +31,9 @@ def _run(cmd):
     assert "PASS" in r.stdout, r.stdout
     m = re.search(r"(\d+) rank\(s\).*checksum (\S+)", r.stdout)
     assert m, r.stdout
+    halo = re.search(r"halo copies while stepping: (\d+) bytes through pinned buffers, "
+                     r"(\d+) bytes unpinned", r.stdout)
+    assert halo and int(halo.group(1)) > 0 and halo.group(2) == "0", r.stdout  # prelocked
     return int(m.group(1)), m.group(2)
 
 
