@@ -30,6 +30,9 @@ REGISTER_CHUNK = 64 << 30           # cuMemHostRegister at most this much at onc
 SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opting in
 
 
+_SPIN_SECONDS = 100e-6     # spin on a stream this long before sleeping between polls
+
+
 class CUDADevice(GenericDevice):
     plugin: CUDAPlugin
 
@@ -202,7 +205,8 @@ class CUDADevice(GenericDevice):
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     def _sync_impl(self, queue: Any) -> None:
-        """Wait for a stream by polling it (50 µs growing to 1 ms), so a pending Ctrl-C is
+        """Wait for a stream by polling it: a spin of 100 µs (the driver releases the GIL
+        per query), then sleeps of 50 µs growing to 1 ms, so a pending Ctrl-C is
         delivered even while a kernel hangs."""
         drv = self.plugin.drv
         drv.alive()
@@ -210,15 +214,18 @@ class CUDADevice(GenericDevice):
             self.activate()
             drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
             return
+        query = drv.lib.cuStreamQuery
+        spin_until = time.perf_counter() + _SPIN_SECONDS
+        while (rc := query(queue)) == C.CUDA_ERROR_NOT_READY and \
+                time.perf_counter() < spin_until:
+            pass                        # short copies finish within the spin: no sleep
         delay = 50e-6
-        while True:
-            rc = drv.lib.cuStreamQuery(queue)
-            if rc != C.CUDA_ERROR_NOT_READY:
-                drv.check(rc, "cuStreamSynchronize")
-                return
+        while rc == C.CUDA_ERROR_NOT_READY:
             Interrupts.deliver()
             time.sleep(delay)
             delay = min(delay * 2, 1e-3)
+            rc = query(queue)
+        drv.check(rc, "cuStreamSynchronize")
 
     def _query_impl(self, queue: Any) -> bool:
         rc = self.plugin.drv.lib.cuStreamQuery(queue)
