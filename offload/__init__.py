@@ -5,6 +5,7 @@ from importlib import metadata as _metadata
 
 from . import api as _api
 from . import omp as _omp
+from . import omp_async as _omp_async
 from . import testing  # noqa: F401 - offload.testing.state()
 from .api import *  # noqa: F403
 from .compiler import compile_c
@@ -13,6 +14,7 @@ from .image import Image, Kernel, load_image
 from .interop import DeviceArray, Stream, device_array, stream, wait_stream
 from .mapping import MapType
 from .omp import *  # noqa: F403
+from .omp_async import *  # noqa: F403
 from .target import target
 
 try:
@@ -20,7 +22,8 @@ try:
 except _metadata.PackageNotFoundError:      # run from a source tree that was not installed
     __version__ = "0+unknown"
 
-__all__ = [*_api.__all__, *_omp.__all__, "ErrorCode", "Image", "Kernel", "MapType",
+__all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
+           "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "load_image", "target",
            "DeviceArray", "Stream", "device_array", "stream", "wait_stream"]
 

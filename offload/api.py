@@ -15,7 +15,7 @@ from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .runtime import Handle, Runtime, operation
+from .runtime import Handle, Runtime, check_depend, operation, wait_depend
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
 
@@ -107,6 +107,9 @@ class target_data:
     Args:
         *maps: map clauses, or bare arrays (mapped `tofrom`).
         device: device number; None for the default device.
+        use_device_ptr, use_device_addr: arrays whose device address `d[a]` gives inside
+            `with ... as d:` (the address of a's first byte in its mapping, LLVM's lookup;
+            a's host address when that byte is not mapped, as OpenMP 5.1 says).
 
     Raises:
         OffloadError: as `target_enter_data`, on entry.
@@ -116,9 +119,13 @@ class target_data:
         ...     offload.target(k.add_one, a, 0, a.size)
     """
 
-    def __init__(self, *maps: Any, device: int | None = None):
+    def __init__(self, *maps: Any, device: int | None = None,
+                 use_device_ptr: Sequence[Any] = (), use_device_addr: Sequence[Any] = ()):
         self._maps = maps
         self._device = device
+        self._use = [*_array_list(use_device_ptr, "use_device_ptr"),
+                     *_array_list(use_device_addr, "use_device_addr")]
+        self._addresses: list[tuple[Any, int]] = []
         self._items: list[MapItem] = []
         self._dev: Device | None = None
         self._rt: Runtime | None = None
@@ -132,7 +139,23 @@ class target_data:
             self._dev.table.target_data_begin(items)
             self._items = items
             self._dev.table.dump_if_asked()
+        self._addresses = [(a, self._device_address(a)) for a in self._use]
         return self
+
+    def _device_address(self, a: Any) -> int:
+        p, _ = span(as_array(a, "use_device_ptr"))
+        if self._dev is None:
+            return p
+        e = self._dev.table.lookup(p, 1)
+        return p if e is None else e.tgt_begin + (p - e.hst_begin)
+
+    def __getitem__(self, a: Any) -> int:
+        """The device address of `a`, listed in use_device_ptr / use_device_addr."""
+        for x, addr in self._addresses:
+            if x is a:
+                return addr
+        raise KeyError(f"{type(a).__name__} is not listed in this target_data's "
+                       f"use_device_ptr / use_device_addr")
 
     @operation
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -146,10 +169,23 @@ class target_data:
             self._dev.table.dump_if_asked()
 
 
+def _array_list(seq: Any, what: str) -> list[Any]:
+    if not isinstance(seq, (list, tuple)):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"target_data: {what}: expected a list of arrays, got "
+                           f"{type(seq).__name__}; write {what}=[a]")
+    for a in seq:
+        as_array(a, f"target_data: {what}")
+    return list(seq)
+
+
 def _construct(fn: Any, items: list[MapItem], dev: Device | None,
-               nowait: bool) -> Handle | None:
+               nowait: bool, depend: Sequence[Handle] = ()) -> Handle | None:
+    deps = check_depend(depend) if depend else ()
     if dev is None:
-        return None
+        if deps and not nowait:
+            wait_depend(deps)
+        return _current().nowait.spawn(lambda: None, depend=deps) if nowait and deps else None
     table = dev.table
 
     def run(items: list[MapItem]) -> None:
@@ -157,20 +193,22 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
         table.dump_if_asked()
 
     if nowait:
-        return _current().nowait.spawn(run, items)
+        return _current().nowait.spawn(run, items, depend=deps)
+    wait_depend(deps)
     run(items)
     return None
 
 
 @operation
 def target_enter_data(*maps: Any, device: int | None = None,
-                      nowait: bool = False) -> Handle | None:
+                      nowait: bool = False, depend: Sequence[Handle] = ()) -> Handle | None:
     """Map clauses until a matching target_exit_data (`#pragma omp target enter data`).
 
     Args:
         *maps: map clauses, or bare arrays (mapped `to`).
         device: device number; None for the default device (nothing on the initial device).
         nowait: return at once with a Handle.
+        depend: Handles of earlier nowait work to run after (OpenMP's depend clause).
 
     Returns:
         None, or a Handle with `nowait=True`.
@@ -182,12 +220,13 @@ def target_enter_data(*maps: Any, device: int | None = None,
     """
     dev = _current().construct_device(device)
     items = map_items(maps, MapType.TO, "target_enter_data")
-    return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait)
+    return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait,
+                      depend)
 
 
 @operation
 def target_exit_data(*maps: Any, device: int | None = None,
-                     nowait: bool = False) -> Handle | None:
+                     nowait: bool = False, depend: Sequence[Handle] = ()) -> Handle | None:
     """Unmap clauses (`#pragma omp target exit data`): `from_` copies back on the last
     reference, `delete` drops every dynamic reference, `release` copies nothing.
 
@@ -195,6 +234,7 @@ def target_exit_data(*maps: Any, device: int | None = None,
         *maps: map clauses, or bare arrays (unmapped `from`).
         device: device number; None for the default device.
         nowait: return at once with a Handle.
+        depend: Handles of earlier nowait work to run after (OpenMP's depend clause).
 
     Returns:
         None, or a Handle with `nowait=True`.
@@ -206,12 +246,14 @@ def target_exit_data(*maps: Any, device: int | None = None,
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
         it.type &= ~MapType.TO
-    return _construct(dev.table.target_data_end if dev else None, items, dev, nowait)
+    return _construct(dev.table.target_data_end if dev else None, items, dev, nowait,
+                      depend)
 
 
 @operation
 def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
-                  device: int | None = None, nowait: bool = False) -> Handle | None:
+                  device: int | None = None, nowait: bool = False,
+                  depend: Sequence[Handle] = ()) -> Handle | None:
     """Copy present data (`#pragma omp target update`).
 
     Args:
@@ -219,6 +261,7 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         from_: arrays (or clauses) to copy device -> host.
         device: device number; None for the default device.
         nowait: return at once with a Handle.
+        depend: Handles of earlier nowait work to run after (OpenMP's depend clause).
 
     Returns:
         None, or a Handle with `nowait=True`.
@@ -234,7 +277,8 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         for it in map_items(seq, motion, what):
             it.type = (it.type & MapType.PRESENT) | motion
             items.append(it)
-    return _construct(dev.table.target_data_update if dev else None, items, dev, nowait)
+    return _construct(dev.table.target_data_update if dev else None, items, dev, nowait,
+                      depend)
 
 
 def taskwait() -> None:

@@ -51,6 +51,9 @@ class Device:
     def retrieve(self, host: int, tgt: int, size: int, queue: Any = None) -> None:
         self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
 
+    def fill(self, tgt: int, value: int, size: int) -> None:
+        self.plugin.data_fill(self.local_id, tgt, value, size)
+
     def exchange(self, src: int, dst_device: Device, dst: int, size: int,
                  queue: Any = None) -> bool:
         return self.plugin.data_exchange(self.local_id, src, dst_device.plugin,

@@ -5,6 +5,7 @@ stderr; a device number that is not a device raises, where LLVM aborts.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
@@ -209,30 +210,40 @@ def omp_target_memcpy(dst: Any, src: Any, length: int, dst_offset: int, src_offs
         >>> omp_target_memcpy(d, a, a.nbytes, 0, 0, 0, omp_get_initial_device())
         0
     """
-    ddev, sdev = _device(dst_device_num), _device(src_device_num)
     try:
-        n = integer(length, "omp_target_memcpy: length")
-        doff = integer(dst_offset, "omp_target_memcpy: dst_offset")
-        soff = integer(src_offset, "omp_target_memcpy: src_offset")
-        d, dlim = buffer(dst, "omp_target_memcpy: dst", writable=True)
-        s, slim = buffer(src, "omp_target_memcpy: src")
-        _device_array_on_device(dst, ddev, "omp_target_memcpy: dst")
-        _device_array_on_device(src, sdev, "omp_target_memcpy: src")
-        if n == 0:
-            return OFFLOAD_SUCCESS
-        if d == 0 or s == 0:
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"omp_target_memcpy: NULL {'dst' if d == 0 else 'src'} pointer")
-        _within(dlim, doff, n, "omp_target_memcpy: dst")
-        _within(slim, soff, n, "omp_target_memcpy: src")
-        if ddev is not None:
-            ddev.check_range(d + doff, n, "omp_target_memcpy: dst")
-        if sdev is not None:
-            sdev.check_range(s + soff, n, "omp_target_memcpy: src")
-        _copy(d + doff, s + soff, n, ddev, sdev)
+        plan = _memcpy_plan("omp_target_memcpy", dst, src, length, dst_offset, src_offset,
+                            dst_device_num, src_device_num)
+        if plan is not None:
+            plan()
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
+
+
+def _memcpy_plan(what: str, dst: Any, src: Any, length: Any, dst_offset: Any,
+                 src_offset: Any, dst_device_num: Any,
+                 src_device_num: Any) -> Callable[[], None] | None:
+    """Check a memcpy's arguments; the copy to run (None when there is nothing to copy)."""
+    ddev, sdev = _device(dst_device_num), _device(src_device_num)
+    n = integer(length, f"{what}: length")
+    doff = integer(dst_offset, f"{what}: dst_offset")
+    soff = integer(src_offset, f"{what}: src_offset")
+    d, dlim = buffer(dst, f"{what}: dst", writable=True)
+    s, slim = buffer(src, f"{what}: src")
+    _device_array_on_device(dst, ddev, f"{what}: dst")
+    _device_array_on_device(src, sdev, f"{what}: src")
+    if n == 0:
+        return None
+    if d == 0 or s == 0:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: NULL {'dst' if d == 0 else 'src'} pointer")
+    _within(dlim, doff, n, f"{what}: dst")
+    _within(slim, soff, n, f"{what}: src")
+    if ddev is not None:
+        ddev.check_range(d + doff, n, f"{what}: dst")
+    if sdev is not None:
+        sdev.check_range(s + soff, n, f"{what}: src")
+    return functools.partial(_copy, d + doff, s + soff, n, ddev, sdev)
 
 
 def _int_list(seq: Any, what: str, count: int, minimum: int = 0) -> list[int]:
@@ -262,41 +273,51 @@ def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
     if (dst is None or isinstance(dst, (int, np.integer)) and dst == 0) and \
             (src is None or isinstance(src, (int, np.integer)) and src == 0):
         return INT_MAX
-    ddev, sdev = _device(dst_device_num), _device(src_device_num)
-    what = "omp_target_memcpy_rect"
     try:
-        es = integer(element_size, f"{what}: element_size", minimum=1)
-        nd = integer(num_dims, f"{what}: num_dims", minimum=1, maximum=1 << 16)
-        vol = _int_list(volume, f"{what}: volume", nd)
-        doff = _int_list(dst_offsets, f"{what}: dst_offsets", nd)
-        soff = _int_list(src_offsets, f"{what}: src_offsets", nd)
-        ddim = _int_list(dst_dimensions, f"{what}: dst_dimensions", nd)
-        sdim = _int_list(src_dimensions, f"{what}: src_dimensions", nd)
-        d, dlim = buffer(dst, f"{what}: dst", writable=True)
-        s, slim = buffer(src, f"{what}: src")
-        _device_array_on_device(dst, ddev, f"{what}: dst")
-        _device_array_on_device(src, sdev, f"{what}: src")
-        if d == 0 or s == 0:
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"{what}: NULL {'dst' if d == 0 else 'src'} pointer")
-        for i in range(nd):
-            for side, off, dim in (("dst", doff, ddim), ("src", soff, sdim)):
-                if off[i] + vol[i] > dim[i]:
-                    raise OffloadError(ErrorCode.INVALID_VALUE,
-                                       f"{what}: {side} dimension {i}: offset {off[i]} + "
-                                       f"volume {vol[i]} exceeds the dimension {dim[i]}")
-        _within(dlim, 0, es * math.prod(ddim), f"{what}: dst")
-        _within(slim, 0, es * math.prod(sdim), f"{what}: src")
-        if ddev is not None:
-            ddev.check_range(d, es * math.prod(ddim), f"{what}: dst")
-        if sdev is not None:
-            sdev.check_range(s, es * math.prod(sdim), f"{what}: src")
-        if 0 in vol:
-            return OFFLOAD_SUCCESS
-        _rect(d, s, es, vol, doff, soff, ddim, sdim, ddev, sdev)
+        plan = _rect_plan("omp_target_memcpy_rect", dst, src, element_size, num_dims, volume,
+                          dst_offsets, src_offsets, dst_dimensions, src_dimensions,
+                          dst_device_num, src_device_num)
+        if plan is not None:
+            plan()
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
+
+
+def _rect_plan(what: str, dst: Any, src: Any, element_size: Any, num_dims: Any, volume: Any,
+               dst_offsets: Any, src_offsets: Any, dst_dimensions: Any, src_dimensions: Any,
+               dst_device_num: Any, src_device_num: Any) -> Callable[[], None] | None:
+    """Check a rectangular copy's arguments; the copy to run (None for an empty one)."""
+    ddev, sdev = _device(dst_device_num), _device(src_device_num)
+    es = integer(element_size, f"{what}: element_size", minimum=1)
+    nd = integer(num_dims, f"{what}: num_dims", minimum=1, maximum=1 << 16)
+    vol = _int_list(volume, f"{what}: volume", nd)
+    doff = _int_list(dst_offsets, f"{what}: dst_offsets", nd)
+    soff = _int_list(src_offsets, f"{what}: src_offsets", nd)
+    ddim = _int_list(dst_dimensions, f"{what}: dst_dimensions", nd)
+    sdim = _int_list(src_dimensions, f"{what}: src_dimensions", nd)
+    d, dlim = buffer(dst, f"{what}: dst", writable=True)
+    s, slim = buffer(src, f"{what}: src")
+    _device_array_on_device(dst, ddev, f"{what}: dst")
+    _device_array_on_device(src, sdev, f"{what}: src")
+    if d == 0 or s == 0:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: NULL {'dst' if d == 0 else 'src'} pointer")
+    for i in range(nd):
+        for side, off, dim in (("dst", doff, ddim), ("src", soff, sdim)):
+            if off[i] + vol[i] > dim[i]:
+                raise OffloadError(ErrorCode.INVALID_VALUE,
+                                   f"{what}: {side} dimension {i}: offset {off[i]} + "
+                                   f"volume {vol[i]} exceeds the dimension {dim[i]}")
+    _within(dlim, 0, es * math.prod(ddim), f"{what}: dst")
+    _within(slim, 0, es * math.prod(sdim), f"{what}: src")
+    if ddev is not None:
+        ddev.check_range(d, es * math.prod(ddim), f"{what}: dst")
+    if sdev is not None:
+        sdev.check_range(s, es * math.prod(sdim), f"{what}: src")
+    if 0 in vol:
+        return None
+    return functools.partial(_rect, d, s, es, vol, doff, soff, ddim, sdim, ddev, sdev)
 
 
 def _rect(d: int, s: int, es: int, vol: list[int], doff: list[int], soff: list[int],

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -57,7 +57,13 @@ class NowaitPool:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handles: dict[int, list[Handle]] = {}     # spawning thread -> its handles
 
-    def spawn(self, fn: Callable[..., Any], *args: Any) -> Handle:
+    def spawn(self, fn: Callable[..., Any], *args: Any,
+              depend: Sequence[Handle] = ()) -> Handle:
+        """Run fn(*args) on a worker after the `depend` handles have finished (a failed
+        dependence fails this work too, naming it)."""
+        if depend:
+            deps = check_depend(depend)
+            fn, args = _after, (deps, fn, args)
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -110,6 +116,38 @@ class NowaitPool:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+def check_depend(depend: Any, what: str = "depend") -> tuple[Handle, ...]:
+    """`depend` as a tuple of Handles, or INVALID_ARGUMENT naming what is not one."""
+    if isinstance(depend, Handle):
+        depend = (depend,)
+    if not isinstance(depend, (list, tuple)):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: expected a list of Handles (from nowait work), got "
+                           f"{type(depend).__name__}")
+    for i, h in enumerate(depend):
+        if not isinstance(h, Handle):
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"{what}[{i}]: expected a Handle (from nowait work), got "
+                               f"{type(h).__name__}")
+    return tuple(depend)
+
+
+def _after(deps: tuple[Handle, ...], fn: Callable[..., Any], args: tuple) -> Any:
+    """Wait for the dependences (on this worker, not the caller), then run fn."""
+    wait_depend(deps)
+    return fn(*args)
+
+
+def wait_depend(deps: Sequence[Handle]) -> None:
+    """Block until the dependences finish; raise naming the first that failed."""
+    for i, h in enumerate(deps):
+        exc = h._future.exception()
+        if exc is not None:
+            raise OffloadError(getattr(exc, "code", ErrorCode.UNKNOWN),
+                               f"dependence {i} failed, so this work did not run: "
+                               f"{exc}") from exc
 
 
 def _run_as_operation(rt: Runtime, fn: Callable[..., Any], args: tuple) -> Any:

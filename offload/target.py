@@ -18,7 +18,7 @@ from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
 from .plugins.common import GenericPlugin
-from .runtime import Handle, operation
+from .runtime import Handle, check_depend, operation, wait_depend
 from .runtime import current as _current
 
 _I_KERNEL = int(Info.PLUGIN_KERNEL)                # a plain int: fast tests
@@ -32,7 +32,8 @@ def overlaps(p: int, n: int, q: int, m: int) -> bool:
 @operation
 def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | None = None,
            teams: int | None = None, threads: int | None = None, shared_mem: int = 0,
-           nowait: bool = False, stream: Any = None) -> Handle | None:
+           nowait: bool = False, stream: Any = None,
+           depend: Sequence[Handle] = ()) -> Handle | None:
     """Run `kernel` on a device: map, launch, unmap (`#pragma omp target`).
 
     Array arguments become the device address of their first element through the
@@ -53,6 +54,7 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         shared_mem: bytes of dynamic shared memory for the kernel (`extern __shared__` on
             CUDA, dynamic LDS on AMDGPU; ignored on the host).
         nowait: return at once with a Handle; read the arrays only after `wait()`.
+        depend: Handles of earlier nowait work to run after (OpenMP's depend clause).
         stream: an `offload.Stream` (`offload.stream(device)`): run the region's copies
             and kernel on it, after the work CuPy or PyTorch queued there.
 
@@ -71,6 +73,7 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"target: expected a kernel (image.name), got {type(kernel).__name__}")
     rt = _current()
+    deps = check_depend(depend, "target: depend") if depend else ()
     dev = rt.construct_device(device)
     if any(is_foreign(a) for a in args):
         args = _device_pointers(args, dev)
@@ -86,14 +89,16 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         binary = host_binary(kernel, plugin)
         plugin.check_launch(0, binary, kernel.name, args)
         if nowait:
-            return rt.nowait.spawn(run_on_host, kernel, args, teams, threads)
+            return rt.nowait.spawn(run_on_host, kernel, args, teams, threads, depend=deps)
+        wait_depend(deps)
         run_on_host(kernel, args, teams, threads)
         return None
     assert binary is not None
     dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
     if nowait:
         return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads,
-                               shared_mem, queue)
+                               shared_mem, queue, depend=deps)
+    wait_depend(deps)
     _target(kernel, binary, args, map, dev, teams, threads, shared_mem, queue)
     return None
 

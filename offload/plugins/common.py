@@ -17,6 +17,7 @@ from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind, PinnedMap
+from ._libc import _ffi as _libc_ffi
 from ._libc import memmove
 from .args import GenericKernel, check_arguments, check_kernel_args, pack_scalar
 from .memory_pool import AllocKind, DevicePool
@@ -98,6 +99,12 @@ class GenericDevice:
     def _before_reuse_impl(self) -> None:
         """Called before freed device memory goes to the pool: wait for any queued work
         that may still use it (the driver's own free would)."""
+
+    def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
+        """Set `size` bytes at device address `tgt` to `value` on the device, queued on
+        `queue`; False when the device cannot (the generic layer then copies a filled
+        host buffer)."""
+        return False
 
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
         """A pinned host buffer of `size` bytes the device can DMA from, and a queue."""
@@ -417,6 +424,18 @@ class GenericPlugin(Generic[DeviceT]):
                 dev._retrieve_impl(host + off, tgt + off, n, q, via)
             key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
             stats[key] += n
+
+    def data_fill(self, d: int, tgt: int, value: int, size: int) -> None:
+        """Set `size` device bytes at `tgt` to the byte `value`; returns when done."""
+        dev = self.device(d)
+        with dev.queue() as q:
+            if dev._fill_impl(tgt, value & 0xFF, size, q):
+                return
+        chunk = min(size, 64 << 20)                  # a device that cannot fill: copies
+        buf = bytearray([value & 0xFF]) * chunk
+        src = int(_libc_ffi.cast("uintptr_t", _libc_ffi.from_buffer(buf)))
+        for off in range(0, size, chunk):
+            self.data_submit(d, tgt + off, src, min(chunk, size - off))
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:

@@ -179,6 +179,13 @@ class CUDADevice(GenericDevice):
             self._sync_impl(queue)
         return True
 
+    def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
+        """A device-side fill (cuMemsetD8Async): no host round trip."""
+        self.activate()
+        self.plugin.drv.check(self.plugin.drv.lib.cuMemsetD8Async(tgt, value, size, queue),
+                              f"cuMemsetD8Async(0x{tgt:x}, {value}, {size})")
+        return True
+
     def _alloc_staging_impl(self, size: int) -> tuple[int, Any]:
         self.activate()
         p = _ffi.new("void **")

@@ -18,7 +18,7 @@ import cffi
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
-from ._libc import memmove
+from ._libc import memmove, memset
 from .args import params_from_ctype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
 
@@ -173,6 +173,10 @@ class HostDevice(GenericDevice):
 
     def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
         memmove(host, tgt, size)
+
+    def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
+        memset(tgt, value, size)
+        return True
 
     def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
         if not isinstance(dst_device, HostDevice):

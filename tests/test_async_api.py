@@ -1,0 +1,199 @@
+"""Issue 14 (part): dependences on nowait work, the async and fill functions of OpenMP's
+device API with their C conventions and Pythonic twins, ompx_dump_mapping_tables and
+use_device_ptr / use_device_addr. Host plugin; rules from LLVM's offload/test/api
+(omp_target_memcpy_async1.c, omp_target_memcpy_async2.c, omp_target_memset.c,
+ompx_dump_mapping_tables.cpp) and mapping/use_device_ptr tests."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import offload
+from offload import ErrorCode, OffloadError
+from offload.testing import state
+
+@pytest.fixture
+def dev(rt):
+    return 0
+
+
+def test_memcpy_async_completes_by_taskwait(dev):
+    """omp_target_memcpy_async1.c: host -> device -> host, each after the last."""
+    n = 1 << 16
+    src = np.arange(n, dtype=np.int32)
+    out = np.zeros(n, dtype=np.int32)
+    d = offload.omp_target_alloc(src.nbytes, dev)
+    init = offload.omp_get_initial_device()
+    h1 = offload.memcpy_async(d, src, src.nbytes, dst_device=dev)
+    assert offload.omp_target_memcpy_async(out, d, src.nbytes, 0, 0, init, dev, 1, [h1]) == 0
+    offload.taskwait()
+    assert (out == src).all()
+    offload.omp_target_free(d, dev)
+
+
+def test_dependences_order_a_chain(dev):
+    """Each step waits for the one before, on workers: the caller is not blocked."""
+    gate = threading.Event()
+    order = []
+    h0 = offload.host_task(lambda: (gate.wait(5), order.append("first")))
+    h1 = offload.host_task(order.append, "second", depend=[h0])
+    h2 = offload.host_task(order.append, "third", depend=[h1, h0])
+    time.sleep(0.05)
+    assert order == [] and not h2.done()             # nothing ran before the gate
+    gate.set()
+    h2.wait()
+    assert order == ["first", "second", "third"]
+
+
+def test_a_failed_dependence_fails_its_dependents(dev):
+    def boom():
+        raise OffloadError(ErrorCode.INVALID_VALUE, "boom")
+    h0 = offload.host_task(boom)
+    ran = []
+    h1 = offload.host_task(ran.append, 1, depend=[h0])
+    with pytest.raises(OffloadError, match="dependence 0 failed.*boom") as e:
+        h1.wait()
+    assert e.value.code is ErrorCode.INVALID_VALUE and ran == []
+    with pytest.raises(OffloadError):
+        h0.wait()
+
+
+def test_depend_on_constructs(dev, add_one):
+    a = np.zeros(1000, dtype=np.int32)
+    h0 = offload.target_enter_data(offload.to(a), device=dev, nowait=True)
+    h1 = offload.target(add_one.add_one, a, 0, a.size, device=dev, nowait=True, depend=[h0])
+    h2 = offload.target_update(from_=[a], device=dev, nowait=True, depend=[h1])
+    h3 = offload.target_exit_data(offload.release(a), device=dev, nowait=True, depend=[h2])
+    h3.wait()
+    offload.taskwait()
+    assert (a == 1).all() and state()["devices"][dev]["mappings"] == 0
+    # a synchronous construct with depend= waits for them first
+    h = offload.host_task(a.fill, 5)
+    offload.target(add_one.add_one, a, 0, a.size, map=[offload.tofrom(a)], device=dev,
+                   depend=[h])
+    assert (a == 6).all()
+
+
+def test_depend_must_be_handles(dev, add_one):
+    a = np.zeros(4, dtype=np.int32)
+    with pytest.raises(OffloadError, match=r"depend\[0\]: expected a Handle"):
+        offload.target(add_one.add_one, a, 0, 4, device=dev, depend=[42])
+    with pytest.raises(OffloadError, match="expected a list of Handles"):
+        offload.target_update(to=[a], device=dev, depend="h")
+    assert state()["devices"][dev]["mappings"] == 0
+
+
+def test_async_bad_arguments_fail_at_once(dev, capsys):
+    a = np.zeros(8, dtype=np.int32)
+    init = offload.omp_get_initial_device()
+    assert offload.omp_target_memcpy_async(a, a, 64, 0, 0, init, init, 0, None) == -1
+    assert "lie past the end of its 32-byte buffer" in capsys.readouterr().err
+    assert offload.omp_target_memcpy_async(a, a, 8, 0, 0, init, init, 2, []) == -1
+    assert "depobj_count is 2 but depobj_list has 0" in capsys.readouterr().err
+    assert offload.omp_target_memcpy_async(a, a, 8, 0, 0, init, init, 1, None) == -1
+    assert "depobj_list is None" in capsys.readouterr().err
+    assert offload.omp_target_memcpy_async(a, a, 8, 0, 0, init, init, 1, ["x"]) == -1
+    assert "expected a Handle" in capsys.readouterr().err
+    with pytest.raises(OffloadError, match="memcpy_async: length"):
+        offload.memcpy_async(a, a, -1)
+    assert state()["pending"] == 0
+
+
+def test_memcpy_rect_async(dev):
+    """omp_target_memcpy_rect_async: a 2x3 block of a 4x5 array, through the device."""
+    src = np.arange(20, dtype=np.int32).reshape(4, 5)
+    d = offload.omp_target_alloc(src.nbytes, dev)
+    out = np.zeros_like(src)
+    init = offload.omp_get_initial_device()
+    assert offload.omp_target_memcpy_rect_async(d, src, 4, 2, [4, 5], [0, 0], [0, 0], [4, 5],
+                                                [4, 5], dev, init, 0, None) == 0
+    offload.taskwait()
+    assert offload.omp_target_memcpy_rect_async(out, d, 4, 2, [2, 3], [1, 1], [1, 1], [4, 5],
+                                                [4, 5], init, dev) == 0
+    offload.taskwait()
+    want = np.zeros_like(src)
+    want[1:3, 1:4] = src[1:3, 1:4]
+    assert (out == want).all()
+    assert offload.omp_target_memcpy_rect_async(None, None, 4, 2, [1, 1], [0, 0], [0, 0],
+                                                [1, 1], [1, 1], init, init) > 2 ** 30
+    offload.omp_target_free(d, dev)
+
+
+def test_memset_on_a_device_and_the_host(dev, capsys):
+    """omp_target_memset.c: fill device memory, read it back; returns the pointer."""
+    n = 1 << 20
+    d = offload.omp_target_alloc(n, dev)
+    assert offload.omp_target_memset(d, 0xAB, n, dev) == d
+    back = np.zeros(n, dtype=np.uint8)
+    offload.omp_target_memcpy(back, d, n, 0, 0, offload.omp_get_initial_device(), dev)
+    assert (back == 0xAB).all()
+    assert offload.omp_target_memset(d, 1, n + 1, dev) == 0      # past its allocation
+    assert "run past the end" in capsys.readouterr().err
+    host = np.ones(100, dtype=np.uint8)
+    init = offload.omp_get_initial_device()
+    assert offload.omp_target_memset(host, 7, 50, init) == host.ctypes.data
+    assert (host[:50] == 7).all() and (host[50:] == 1).all()
+    assert offload.omp_target_memset(host, 7, 101, init) == 0
+    assert "past the end of its 100-byte buffer" in capsys.readouterr().err
+    assert offload.omp_target_memset(host, 7, 0, init) == host.ctypes.data
+    offload.omp_target_free(d, dev)
+
+
+def test_memset_async_and_its_twin(dev):
+    n = 4096
+    d = offload.omp_target_alloc(n, dev)
+    h = offload.memset_async(d, 3, n, device=dev)
+    back = np.zeros(n, dtype=np.uint8)
+    h2 = offload.memcpy_async(back, d, n, src_device=dev, depend=[h])
+    h2.wait()
+    assert (back == 3).all()
+    assert offload.omp_target_memset_async(d, 9, n, dev, 1, [h2]) == d
+    offload.taskwait()
+    offload.omp_target_memcpy(back, d, n, 0, 0, offload.omp_get_initial_device(), dev)
+    assert (back == 9).all()
+    offload.omp_target_free(d, dev)
+
+
+def test_memset_fallback_copies_a_filled_buffer(recording):
+    """A device without a fill hook gets one through copies (the generic layer)."""
+    d = offload.omp_target_alloc(1000, 0)
+    recording.device(0)._fill_impl = lambda *a: False
+    assert offload.omp_target_memset(d, 0x5A, 1000, 0) == d
+    back = np.zeros(1000, dtype=np.uint8)
+    offload.omp_target_memcpy(back, d, 1000, 0, 0, offload.omp_get_initial_device(), 0)
+    assert (back == 0x5A).all()
+    offload.omp_target_free(d, 0)
+
+
+def test_dump_mapping_tables(dev, capsys):
+    """ompx_dump_mapping_tables.cpp: LLVM's text on stdout, every line prefixed."""
+    a = np.zeros(10, dtype=np.int32)
+    offload.target_enter_data(offload.to(a), device=dev)
+    offload.ompx_dump_mapping_tables()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("omptarget device 0 info: OpenMP Host-Device pointer mappings after "
+                      "block at libomptarget:0:0:")
+    assert f"0x{a.ctypes.data:016x}" in out[2] and " 40 " in out[2]
+    offload.target_exit_data(offload.release(a), device=dev)
+    offload.ompx_dump_mapping_tables()
+    assert capsys.readouterr().out.strip() == (
+        "omptarget device 0 info: OpenMP Host-Device pointer mappings table empty")
+
+
+def test_use_device_ptr_and_addr(dev):
+    a = np.arange(100, dtype=np.int32)
+    b = np.zeros(10, dtype=np.float64)
+    view = a[20:]
+    with offload.target_data(offload.tofrom(a[10:50]), device=dev,
+                             use_device_ptr=[view], use_device_addr=[b]) as d:
+        base = offload.omp_get_mapped_ptr(a[10:], dev)
+        assert d[view] == base + 40                    # inside the mapping: its address
+        assert d[b] == b.ctypes.data                   # not mapped: the host address
+        with pytest.raises(KeyError, match="not listed"):
+            d[a]
+    with pytest.raises(OffloadError, match="use_device_ptr: expected a list"):
+        offload.target_data(offload.tofrom(a), use_device_ptr=a)
+    with offload.target_data(device=offload.omp_get_initial_device(),
+                             use_device_ptr=[a]) as d:
+        assert d[a] == a.ctypes.data
