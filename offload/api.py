@@ -272,13 +272,69 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     """
     dev = _current().construct_device(device)
     items = []
+    strided: list[tuple[np.ndarray, bool, bool]] = []
     for seq, motion, what in ((to, MapType.TO, "target_update: to"),
                               (from_, MapType.FROM, "target_update: from_")):
-        for it in map_items(seq, motion, what):
+        for m in _strided_out(seq, what, motion is MapType.TO, strided):
+            it = m.item() if isinstance(m, MapClause) else MapClause(m, motion).item()
             it.type = (it.type & MapType.PRESENT) | motion
             items.append(it)
+    if strided and dev is not None:
+        table = dev.table
+        plain = table.target_data_update
+
+        def update(items: list[MapItem]) -> None:
+            plain(items)
+            for arr, to_device, present in strided:
+                _update_strided(dev, arr, to_device, present)
+        return _construct(update, items, dev, nowait, depend)
     return _construct(dev.table.target_data_update if dev else None, items, dev, nowait,
                       depend)
+
+
+def _strided_out(seq: Any, what: str, to_device: bool,
+                 strided: list[tuple[np.ndarray, bool, bool]]) -> list[Any]:
+    """The entries of `seq` that are contiguous; non-contiguous numpy views (a[:, 3],
+    a[::2], a[1:3, 2:5]) go to `strided` as (view, to_device, present)."""
+    if not isinstance(seq, (list, tuple)):
+        return map_items(seq, MapType.TO, what)          # raises, naming the mistake
+    rest = []
+    for m in seq:
+        arr = m.array if isinstance(m, MapClause) else m
+        if isinstance(arr, np.ndarray) and not (arr.flags.c_contiguous or
+                                                arr.flags.f_contiguous):
+            if arr.dtype.hasobject:
+                as_array(arr, what)                      # raises: Python objects
+            if not to_device and not arr.flags.writeable:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"{what}: the destination is read-only; pass a "
+                                   f"writeable array")
+            present = bool(isinstance(m, MapClause) and m.type & MapType.PRESENT)
+            strided.append((arr, to_device, present))
+        else:
+            rest.append(m)
+    return rest
+
+
+def _update_strided(dev: Device, arr: np.ndarray, to_device: bool, present: bool) -> None:
+    """A strided update of a view whose bytes lie in one mapping (LLVM's
+    non_contiguous_update / strided_update): one strided copy per view, not per element."""
+    if arr.size == 0:
+        return
+    host = int(arr.__array_interface__["data"][0])
+    pairs = list(zip(arr.shape, arr.strides, strict=True))
+    lo = host + sum(min(0, (n - 1) * st) for n, st in pairs)
+    hi = host + sum(max(0, (n - 1) * st) for n, st in pairs) + arr.itemsize
+    e = dev.table.lookup(lo, hi - lo)
+    if e is None:
+        if present:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"target_update: a strided view at 0x{lo:x} ({hi - lo} bytes) "
+                               f"is not present on device {dev.number} (present modifier)")
+        return                                           # absent: nothing (OpenMP)
+    tgt = e.tgt_begin + (host - e.hst_begin)
+    dev.plugin.data_update_strided(dev.local_id, to_device, host, tgt, arr.shape,
+                                   arr.strides, arr.itemsize)
 
 
 def taskwait() -> None:

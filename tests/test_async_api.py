@@ -197,3 +197,53 @@ def test_use_device_ptr_and_addr(dev):
     with offload.target_data(device=offload.omp_get_initial_device(),
                              use_device_ptr=[a]) as d:
         assert d[a] == a.ctypes.data
+
+
+# ---- strided and non-contiguous target update (LLVM's offload/test/offloading/
+# non_contiguous_update.cpp and strided_update tests) -----------------------------------
+@pytest.mark.parametrize("view", [lambda a: a[:, 3], lambda a: a[::2],
+                                  lambda a: a[1:3, 2:5], lambda a: a[::-1, ::2],
+                                  lambda a: a.T[2:4]])
+@pytest.mark.parametrize("plugin", ["host", "recording"])
+def test_strided_update_moves_exactly_the_view(runtime, view, plugin):
+    runtime(OFFLOAD_PLUGINS=plugin)
+    a = np.arange(48, dtype=np.float64).reshape(6, 8)
+    with offload.target_data(offload.to(a), device=0):
+        a[:] = -1                                     # the host copy changes ...
+        offload.target_update(from_=[view(a)], device=0)
+        want = np.full((6, 8), -1.0)
+        view(want)[...] = view(np.arange(48, dtype=np.float64).reshape(6, 8))
+        assert (a == want).all()                      # ... only the view came back
+        b = np.zeros_like(a)                          # and to the device:
+        view(a)[...] = 100
+        offload.target_update(to=[view(a)], device=0)
+        offload.omp_target_memcpy(b, offload.omp_get_mapped_ptr(a, 0), a.nbytes, 0, 0,
+                                  offload.omp_get_initial_device(), 0)
+        want2 = np.arange(48, dtype=np.float64).reshape(6, 8)
+        view(want2)[...] = 100
+        assert (b == want2).all()
+
+
+def test_strided_update_rows_not_elements(recording, runtime):
+    """A 2-D block copies row by row through the generic layer (one copy per row of
+    contiguous bytes), never per element."""
+    a = np.zeros((64, 1024), dtype=np.float32)            # rows of 4 KiB
+    with offload.target_data(offload.to(a), device=0):
+        before = len(recording.calls)
+        offload.target_update(from_=[a[:, 256:768]], device=0)
+        copies = [c for c in recording.calls[before:] if c[0] == "retrieve"]
+    assert len(copies) == 64 and all(c[2] == 2048 for c in copies)
+
+
+def test_strided_update_absent_present_and_errors(dev):
+    a = np.zeros((4, 4))
+    offload.target_update(from_=[a[:, 1]], device=dev)           # absent: nothing
+    with pytest.raises(OffloadError, match="not present on device 0"):
+        offload.target_update(from_=[offload.from_(a[:, 1], present=True)], device=dev)
+    ro = np.zeros((4, 4))
+    with offload.target_data(offload.to(ro), device=dev):
+        ro.flags.writeable = False
+        with pytest.raises(OffloadError, match="read-only"):
+            offload.target_update(from_=[ro[:, 1]], device=dev)
+    with pytest.raises(OffloadError, match="non-contiguous"):
+        offload.target_enter_data(offload.to(a[:, 1]), device=dev)  # mapping one: an error

@@ -25,7 +25,7 @@ from .queues import Queues
 from .staging import Staging
 
 __all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "Interrupts",
-           "check_kernel_args", "memmove", "pack_scalar"]
+           "check_kernel_args", "memmove", "pack_scalar", "strided_rows"]
 
 
 class Interrupts:
@@ -229,6 +229,20 @@ class GenericDevice:
 
 
 DeviceT = TypeVar("DeviceT", bound=GenericDevice)
+
+
+def strided_rows(shape: tuple[int, ...], strides: tuple[int, ...],
+                 itemsize: int) -> tuple[int, int, list[int]]:
+    """(rows, bytes per row, byte offset of each row) of a strided block: trailing
+    dimensions that are contiguous merge into one row."""
+    row, k = itemsize, len(shape)
+    while k > 0 and strides[k - 1] == row:
+        row *= shape[k - 1]
+        k -= 1
+    offsets = [0]
+    for i in range(k - 1, -1, -1):
+        offsets = [o + j * strides[i] for j in range(shape[i]) for o in offsets]
+    return len(offsets), row, sorted(offsets)
 
 
 def _split_pinned(pieces: list[tuple[int, int, int | None]], host: int,
@@ -436,6 +450,18 @@ class GenericPlugin(Generic[DeviceT]):
         src = int(_libc_ffi.cast("uintptr_t", _libc_ffi.from_buffer(buf)))
         for off in range(0, size, chunk):
             self.data_submit(d, tgt + off, src, min(chunk, size - off))
+
+    def data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
+                            shape: tuple[int, ...], strides: tuple[int, ...],
+                            itemsize: int) -> None:
+        """Copy a strided block (numpy shape and byte strides from `host` on the host and
+        from `tgt` on the device, the same layout on both sides) one contiguous row at a
+        time on one queue; returns when done."""
+        rows, row, offsets = strided_rows(shape, strides, itemsize)
+        dev = self.device(d)
+        with dev.queue() as q:
+            for off in offsets:
+                self._transfer_on(dev, to_device, tgt + off, host + off, row, q)
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:

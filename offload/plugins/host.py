@@ -6,6 +6,7 @@ their C prototypes' types. Pinning is real mlock/munlock.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import resource
@@ -14,13 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import cffi
+import numpy as np
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
 from ._libc import memmove, memset
 from .args import params_from_ctype
-from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, strided_rows
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -174,6 +176,19 @@ class HostDevice(GenericDevice):
     def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
         memmove(host, tgt, size)
 
+    def _copy_strided(self, to_device: bool, host: int, tgt: int, shape: tuple[int, ...],
+                      strides: tuple[int, ...], itemsize: int) -> None:
+        """One strided memcpy (numpy's copyto) between views of host and device memory."""
+        lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
+        hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True)) + itemsize
+        views = []
+        for base in (host, tgt):
+            buf = (ctypes.c_char * (hi - lo)).from_address(base + lo)
+            views.append(np.ndarray((*shape, itemsize), np.uint8, memoryview(buf), -lo,
+                                    (*strides, 1)))
+        src, dst = (views[0], views[1]) if to_device else (views[1], views[0])
+        np.copyto(dst, src)
+
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
         memset(tgt, value, size)
         return True
@@ -238,6 +253,14 @@ class HostPlugin(GenericPlugin[HostDevice]):
     name = "host"
     priority = 100
     device_class = HostDevice
+
+    def data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
+                            shape: tuple[int, ...], strides: tuple[int, ...],
+                            itemsize: int) -> None:
+        """Device memory is host memory here: one strided copy, not one per row."""
+        rows, row, _ = strided_rows(shape, strides, itemsize)
+        self.device(d)._copy_strided(to_device, host, tgt, shape, strides, itemsize)
+        self.device(d).stats[("to " if to_device else "from ") + "unpinned"] += rows * row
 
     def __init__(self, config):
         super().__init__(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 from offload import ErrorCode, OffloadError
+from offload.plugins.common import GenericPlugin
 from offload.plugins.host import HostDevice, HostPlugin
 
 
@@ -34,6 +35,8 @@ class RecordingPlugin(HostPlugin):
 
     name = "recording"
     device_class = RecordingDevice
+    # strided updates through the generic layer (row by row), not the host's shortcut
+    data_update_strided = GenericPlugin.data_update_strided
 
     def __init__(self, config):
         super().__init__(config)
