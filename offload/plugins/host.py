@@ -178,14 +178,20 @@ class HostDevice(GenericDevice):
 
     def _copy_strided(self, to_device: bool, host: int, tgt: int, shape: tuple[int, ...],
                       strides: tuple[int, ...], itemsize: int) -> None:
-        """One strided memcpy (numpy's copyto) between views of host and device memory."""
-        lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
-        hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True)) + itemsize
+        """One strided memcpy (numpy's copyto) between views of host and device memory
+        whose last axis is a whole contiguous row."""
+        row, k = itemsize, len(shape)
+        while k > 0 and strides[k - 1] == row:          # merge the contiguous tail
+            row *= shape[k - 1]
+            k -= 1
+        outer = list(zip(shape[:k], strides[:k], strict=True))
+        lo = sum(min(0, (n - 1) * st) for n, st in outer)
+        hi = sum(max(0, (n - 1) * st) for n, st in outer) + row
         views = []
         for base in (host, tgt):
             buf = (ctypes.c_char * (hi - lo)).from_address(base + lo)
-            views.append(np.ndarray((*shape, itemsize), np.uint8, memoryview(buf), -lo,
-                                    (*strides, 1)))
+            views.append(np.ndarray((*shape[:k], row), np.uint8, memoryview(buf), -lo,
+                                    (*strides[:k], 1)))
         src, dst = (views[0], views[1]) if to_device else (views[1], views[0])
         np.copyto(dst, src)
 
