@@ -7,6 +7,7 @@ from . import api as _api
 from . import omp as _omp
 from . import omp_async as _omp_async
 from . import testing  # noqa: F401 - offload.testing.state()
+from .allocators import empty
 from .api import *  # noqa: F403
 from .compiler import compile_c
 from .errors import ErrorCode, OffloadError, OffloadWarning
@@ -25,7 +26,7 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "load_image", "target",
-           "DeviceArray", "Stream", "device_array", "stream", "wait_stream"]
+           "DeviceArray", "Stream", "device_array", "empty", "stream", "wait_stream"]
 
 # `offload.device` is not a function: keep the submodule out of sight (it stays importable
 # as offload.device) so `offload.device(n)` gets the hint below.

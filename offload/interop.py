@@ -21,7 +21,7 @@ from .runtime import omp_initial_device, operation
 
 _ffi = cffi.FFI()
 
-__all__ = ["DeviceArray", "Stream", "device_array", "stream", "wait_stream"]
+__all__ = ["DeviceArray", "Stream", "device_array", "dl_device_of", "stream", "wait_stream"]
 
 class DeviceArray:
     """The device copy of a mapped array: `ptr`, `nbytes`, `shape`, `dtype`, `device`,
@@ -29,24 +29,27 @@ class DeviceArray:
     `__cuda_array_interface__` on a CUDA device). Valid while the mapping exists (as
     omp_get_mapped_ptr's address); no byte is copied."""
 
-    def __init__(self, ptr: int, array: np.ndarray, device: int, dl_device: tuple[int, int],
-                 plugin: str, entry: Any = None, table: Any = None):
+    def __init__(self, ptr: int, array: np.ndarray | None, device: int,
+                 dl_device: tuple[int, int], plugin: str, entry: Any = None,
+                 table: Any = None, shape: tuple[int, ...] = (), dtype: Any = None):
         self.ptr = ptr
-        self.array = array
-        self.nbytes = array.nbytes
-        self.shape = array.shape
-        self.dtype = array.dtype
+        self.array = array                  # the host copy (None: memory born on the device)
+        self.shape = array.shape if array is not None else tuple(shape)
+        self.dtype = array.dtype if array is not None else np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.device = device
         self.plugin = plugin
         self._dl_device = dl_device
-        self._contiguous_c = array.flags.c_contiguous
+        self._byte_strides = None if array is None or array.flags.c_contiguous \
+            else array.strides              # None: compact row-major
+        self._read_only = array is not None and not array.flags.writeable
         self._entry, self._table = entry, table
         self._layout: Layout | None = None
 
     def _strides(self) -> tuple[int, ...] | None:
-        if self._contiguous_c:
+        if self._byte_strides is None:
             return None                     # compact row-major: DLPack says NULL
-        return tuple(s // self.dtype.itemsize for s in self.array.strides)
+        return tuple(s // self.dtype.itemsize for s in self._byte_strides)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._dl_device
@@ -65,7 +68,7 @@ class DeviceArray:
         if self._layout is None:
             self._layout = Layout(self.ptr, self._dl_device, self.shape, self._strides(),
                                   self.dtype)
-        return capsule(self._layout, not self.array.flags.writeable, self,
+        return capsule(self._layout, self._read_only, self,
                        max_version is not None and max_version[0] >= 1)
 
     @property
@@ -74,8 +77,8 @@ class DeviceArray:
             raise AttributeError("__cuda_array_interface__: not a CUDA device array")
         _wait_for_work(self)
         return {"shape": self.shape, "typestr": self.dtype.str,
-                "data": (self.ptr, not self.array.flags.writeable), "version": 3,
-                "strides": None if self._contiguous_c else self.array.strides,
+                "data": (self.ptr, self._read_only), "version": 3,
+                "strides": self._byte_strides,
                 "stream": None}             # ready: no stream to order against
 
     def __repr__(self) -> str:
@@ -87,12 +90,18 @@ def _wait_for_work(view: DeviceArray) -> None:
     """Let nowait work in flight on the array's mapping finish first."""
     if view._entry is not None and view._entry.busy == 0:
         return                                      # the common case: nothing in flight
-    if view._table is not None:
+    if view._table is not None and view.array is not None:
         p, n = span(view.array)
         view._table.wait_idle(p, n)
 
 
 _DL_KIND = {"cuda": (KDL_CUDA, KDL_CUDA_HOST), "amdgpu": (KDL_ROCM, KDL_ROCM_HOST)}
+
+
+def dl_device_of(dev: Any) -> tuple[int, int]:
+    """The DLPack (device type, id) of a device's memory: kDLCPU on the host plugin."""
+    kind = _DL_KIND.get(dev.plugin.name, (KDL_CPU, KDL_CPU))[0]
+    return kind, dev.local_id if kind != KDL_CPU else 0
 
 
 @operation
@@ -123,10 +132,8 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
                            f"device_array: the array at 0x{p:x} ({n} bytes) is not mapped on "
                            f"device {dev.number}; map it first (target_data, "
                            f"target_enter_data)")
-    kind = _DL_KIND.get(dev.plugin.name, (KDL_CPU, KDL_CPU))[0]
-    return DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number,
-                       (kind, dev.local_id if kind != KDL_CPU else 0), dev.plugin.name, e,
-                       dev.table)
+    return DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number, dl_device_of(dev),
+                       dev.plugin.name, e, dev.table)
 
 
 class Stream:

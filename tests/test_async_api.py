@@ -247,3 +247,54 @@ def test_strided_update_absent_present_and_errors(dev):
             offload.target_update(from_=[ro[:, 1]], device=dev)
     with pytest.raises(OffloadError, match="non-contiguous"):
         offload.target_enter_data(offload.to(a[:, 1]), device=dev)  # mapping one: an error
+
+
+# ---- allocators (DESIGN §5 `empty`; LLVM's llvm_omp_target_alloc_host/shared/device) ----
+@pytest.mark.parametrize("kind", ["host", "shared"])
+def test_empty_host_and_shared_are_numpy_arrays_freed_when_they_die(dev, kind):
+    import gc
+    offload.omp_target_free(offload.omp_target_alloc(8, dev), dev)   # device in use
+    before = state()["devices"][dev]["allocations"]
+    a = offload.empty((3, 4), np.int32, device=dev, kind=kind)
+    assert isinstance(a, np.ndarray) and a.shape == (3, 4) and a.dtype == np.int32
+    assert state()["devices"][dev]["allocations"] == before + 1
+    a[:] = 7
+    view = a[1:]
+    del a
+    gc.collect()
+    assert state()["devices"][dev]["allocations"] == before + 1   # a view keeps it
+    assert (view == 7).all()
+    del view
+    gc.collect()
+    assert state()["devices"][dev]["allocations"] == before
+
+
+def test_empty_device_is_a_device_array(dev):
+    import gc
+    d = offload.empty(16, np.float32, device=dev, kind="device")
+    assert isinstance(d, offload.DeviceArray) and d.nbytes == 64 and d.shape == (16,)
+    src = np.arange(16, dtype=np.float32)
+    init = offload.omp_get_initial_device()
+    assert offload.omp_target_memcpy(d.ptr, src, 64, 0, 0, dev, init) == 0
+    assert (np.from_dlpack(d) == src).all()                       # host plugin: kDLCPU
+    before = state()["devices"][dev]["allocations"]
+    del d
+    gc.collect()
+    assert state()["devices"][dev]["allocations"] == before - 1
+
+
+def test_empty_on_the_initial_device_and_bad_input(dev):
+    init = offload.omp_get_initial_device()
+    a = offload.empty((2, 2), device=init)
+    assert isinstance(a, np.ndarray) and a.dtype == np.float64
+    for kwargs, msg in (({"device": init, "kind": "device"}, "no device memory"),
+                        ({"kind": "pinned"}, "kind 'pinned'"),
+                        ({"dtype": object}, "Python objects"),
+                        ({"dtype": "nope"}, "not a dtype")):
+        with pytest.raises(OffloadError, match=msg):
+            offload.empty(4, **kwargs)
+    with pytest.raises(OffloadError, match="non-negative integers"):
+        offload.empty((2, -1))
+    a = offload.empty(8, device=dev)
+    offload.shutdown()
+    del a                                    # freed with the runtime: nothing raises
