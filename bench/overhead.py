@@ -1,12 +1,19 @@
 """Runtime overhead on the host plugin: empty region, map(tofrom), enter+exit, lookups.
 
-Baselines, in the same run: numpy copies of the same bytes (a map(tofrom) moves
-them twice). Prints a table and writes bench/overhead.png.
+Baselines, in the same run: LLVM 19's own libomptarget running the same operations in a
+C program built by clang-19 (bench/llvm_overhead.c; needs clang-19, clang-tools-19 and
+libomp-19-dev, else that column says why it is missing), and numpy copies of the same
+bytes (a map(tofrom) moves them twice). The LLVM program runs three times, interleaved
+with ours, and the median is used. Prints a table and writes bench/overhead.png.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -17,15 +24,45 @@ import offload  # noqa: E402
 from bench._util import arguments, machine, per_call, plot, table  # noqa: E402
 
 
+LLVM_LIB = "/usr/lib/llvm-19/lib"
+
+
+def llvm_times() -> tuple[dict[str, float], str]:
+    """Seconds per operation under LLVM 19's libomptarget (median of three runs), or
+    ({}, why not)."""
+    clang = shutil.which("clang-19")
+    if clang is None or not os.path.exists(os.path.join(LLVM_LIB, "libomptarget.so")):
+        return {}, "LLVM baseline skipped: needs clang-19, clang-tools-19, libomp-19-dev"
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llvm_overhead.c")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "llvm_overhead")
+        r = subprocess.run([clang, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu",
+                            src, "-o", exe], capture_output=True, text=True)
+        if r.returncode:
+            return {}, f"LLVM baseline not built: {r.stderr.strip()[:300]}"
+        runs: dict[str, list[float]] = {}
+        env = dict(os.environ, LD_LIBRARY_PATH=LLVM_LIB)
+        for _ in range(3):
+            out = subprocess.run([exe], capture_output=True, text=True, env=env).stdout
+            for line in out.splitlines():
+                name, _, value = line.rpartition(" ")
+                runs.setdefault(name, []).append(float(value))
+    return {k: statistics.median(v) for k, v in runs.items()}, "LLVM 19 libomptarget"
+
+
 def main() -> None:
     arguments(__doc__).parse_args()
+    llvm, llvm_note = llvm_times()
     k = offload.compile_c("void nothing(void) {}\nvoid touch(int *a) { a[0] += 1; }\n")
     dev = offload.runtime.current().manager.get_device(0)
     rows, labels, ours, base = [], [], [], []
 
     def add(name, t, t_base=None, base_name=""):
         ratio = f"{t / t_base:.2f}x" if t_base else "-"
+        t_llvm = llvm.get(name)
         rows.append((name, f"{t * 1e6:.2f} us",
+                     f"{t_llvm * 1e6:.2f} us" if t_llvm else "-",
+                     f"{t / t_llvm:.2f}x" if t_llvm else "-",
                      f"{t_base * 1e6:.2f} us ({base_name})" if t_base else "-", ratio))
         labels.append(name)
         ours.append(t * 1e6)
@@ -72,8 +109,9 @@ def main() -> None:
         results[-live] = per_call(lambda: dev.table.lookup(inner, 4))
         add(f"lookup of an interior address, {live} live", results[-live],
             results[-10] if live != 10 else None, "10 live")
-    print(f"offload bench/overhead.py on {machine()}")
-    print(table(rows, ("operation", "offload", "baseline", "ratio")))
+    print(f"offload bench/overhead.py on {machine()}; {llvm_note}")
+    print(table(rows, ("operation", "offload", "LLVM 19", "ratio to LLVM", "other baseline",
+                       "ratio")))
     print(plot(os.path.join(os.path.dirname(__file__), "overhead.png"),
                f"Per-operation cost, host plugin ({machine()})", labels, {"offload": ours,
                                                            "baseline (the table says which)": base}, "time per operation (µs, log scale)"))
