@@ -12,7 +12,7 @@ from .api import *  # noqa: F403
 from .compiler import compile_c
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Image, Kernel, load_image
-from .interop import DeviceArray, Stream, device_array, stream, wait_stream
+from .interop import DeviceArray, Event, Queue, Stream, device_array, stream, wait_stream
 from .mapping import MapType
 from .omp import *  # noqa: F403
 from .omp_async import *  # noqa: F403
@@ -26,7 +26,8 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "load_image", "target",
-           "DeviceArray", "Stream", "device_array", "empty", "stream", "wait_stream"]
+           "DeviceArray", "Event", "Queue", "Stream", "device_array", "empty", "stream",
+           "wait_stream"]
 
 # `offload.device` is not a function: keep the submodule out of sight (it stays importable
 # as offload.device) so `offload.device(n)` gets the hint below.

@@ -91,6 +91,7 @@ class Config:
     lock_mapped: LockMapped = LockMapped.OFF
     plugins: tuple[str, ...] | None = None
     host_num_devices: int = 1
+    host_async: bool = False
     cache_dir: str = ""
     cc: str = "cc"
     cuda_library: str = "libcuda.so.1"
@@ -109,6 +110,7 @@ def read() -> Config:
         lock_mapped=_enum("LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", LockMapped, LockMapped.OFF),
         plugins=tuple(p.strip() for p in plugins.split(",") if p.strip()) if plugins else None,
         host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1, maximum=1024),
+        host_async=bool(_int("OFFLOAD_HOST_ASYNC", 0, maximum=1)),
         cache_dir=env.get("OFFLOAD_CACHE_DIR")
         or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
         cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",

@@ -8,6 +8,8 @@ layout for consumers that ask for no version); the deleter a consumer calls rele
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import cffi
@@ -21,7 +23,8 @@ from .runtime import omp_initial_device, operation
 
 _ffi = cffi.FFI()
 
-__all__ = ["DeviceArray", "Stream", "device_array", "dl_device_of", "stream", "wait_stream"]
+__all__ = ["DeviceArray", "Event", "Queue", "Stream", "device_array", "dl_device_of", "stream",
+           "wait_stream"]
 
 class DeviceArray:
     """The device copy of a mapped array: `ptr`, `nbytes`, `shape`, `dtype`, `device`,
@@ -136,57 +139,133 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
                        dev.plugin.name, e, dev.table)
 
 
-class Stream:
-    """A queue of offload's, handed out: `handle` is its raw stream (a CUstream on CUDA,
-    0 on the host plugin), for `cupy.cuda.ExternalStream(s.handle)` or
-    `torch.cuda.ExternalStream(s.handle)`; `target(..., stream=s)` runs a region on it,
-    after what the other library queued there. `close()` (or the end of a `with` block)
-    waits for it and gives it back."""
+class Queue:
+    """One of offload's queues (a CUDA stream, a host worker queue), handed out: work
+    queued on it runs in order. `handle` is its raw stream (a CUstream on CUDA, 0 where
+    the plugin's queues are not driver objects) for `cupy.cuda.ExternalStream(q.handle)`
+    or `torch.cuda.ExternalStream(q.handle)`; `target(..., stream=q)` runs a region on
+    it. `record()` gives an Event; `wait_event(e)` orders later work after it without
+    blocking the host. `close()` (or the end of a `with` block) waits and gives it back."""
 
-    def __init__(self, device: int, queue: Any, handle: int, release: Any, sync: Any):
+    def __init__(self, device: int, queue: Any, handle: int, owner: Any):
         self.device = device
         self.queue = queue
         self.handle = handle
-        self._release = release
-        self._sync = sync
+        self._owner = owner               # the plugin device (None: the initial device)
+        self._open = owner is not None
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol (cuda.core, CuPy): (version 0, handle)."""
         return 0, self.handle
 
+    def _check(self, what: str) -> None:
+        if self._owner is not None and not self._open:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT, f"Queue.{what}: the queue is closed")
+
     def synchronize(self) -> None:
-        """Wait for everything queued on the stream, by polling (Ctrl-C still works)."""
-        if self.queue is not None:
-            self._sync(self.queue)
+        """Wait for everything queued, polling (Ctrl-C still works); raises the first
+        error the queued work raised."""
+        self._check("synchronize")
+        if self._owner is not None:
+            self._owner.sync_queue(self.queue)
+
+    def query(self) -> bool:
+        """Whether everything queued has run."""
+        self._check("query")
+        return self._owner is None or self._owner.query_queue(self.queue)
+
+    def record(self) -> Event:
+        """An event complete when the queue reaches this point."""
+        self._check("record")
+        if self._owner is None:
+            return Event(None, None)
+        ev = self._owner.event_create()
+        self._owner.event_record(ev, self.queue)
+        return Event(self._owner, ev)
+
+    def wait_event(self, event: Event) -> None:
+        """Later work on this queue waits for `event` (the host does not)."""
+        self._check("wait_event")
+        if not isinstance(event, Event):
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"Queue.wait_event: expected an Event, got {type(event).__name__}")
+        if event._owner is None or self._owner is None:
+            event.wait()                  # complete already, or the host itself waits
+        elif event._owner is self._owner:
+            self._owner.queue_wait_event(self.queue, event.event)
+        else:                             # another device: wait on the host first
+            event.wait()
+
+    def launch_host_function(self, fn: Any, *args: Any) -> None:
+        """Call fn(*args) on a host thread when the queue reaches this point (its
+        errors come back from `synchronize`)."""
+        self._check("launch_host_function")
+        if not callable(fn):
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"launch_host_function: expected a callable, got "
+                               f"{type(fn).__name__}")
+        call = functools.partial(fn, *args)
+        if self._owner is None:
+            call()
+        else:
+            self._owner.host_function(self.queue, call)
 
     def close(self) -> None:
-        """Wait for the stream, then give the queue back (once)."""
-        if self._release is not None:
-            self.synchronize()
-            release, self._release = self._release, None
-            release(self.queue)
+        """Wait for the queue, then give it back (once)."""
+        if self._owner is not None and self._open:
+            try:
+                self._owner.sync_queue(self.queue)
+            finally:
+                self._open = False
+                self._owner.release_queue(self.queue)
 
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Queue:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<offload.Stream 0x{self.handle:x} on device {self.device}>"
+        return f"<offload.Queue 0x{self.handle:x} on device {self.device}>"
+
+
+Stream = Queue      # the name DESIGN §5 and the interop docs use
+
+
+class Event:
+    """A point in a Queue: `query()`, `wait()` (the host waits, interruptibly);
+    `Queue.wait_event` orders another queue after it."""
+
+    def __init__(self, owner: Any, event: Any):
+        self._owner = owner
+        self.event = event
+
+    def query(self) -> bool:
+        """Whether the queue has reached the event."""
+        return self._owner is None or self._owner.event_query(self.event)
+
+    def wait(self) -> None:
+        """Wait on the host until the queue reaches the event (Ctrl-C still works)."""
+        if self._owner is not None:
+            self._owner.event_sync(self.event)
+
+    def __del__(self) -> None:
+        owner = self._owner
+        if owner is not None and self.event is not None:
+            with contextlib.suppress(Exception):
+                owner.event_destroy(self.event)
 
 
 @operation
-def stream(device: int | None = None) -> Stream:
-    """A queue of offload's on `device` as a Stream with a raw handle other libraries can
-    queue work on (see Stream). The initial device gives a Stream with handle 0 on which
-    everything is already complete."""
+def stream(device: int | None = None) -> Queue:
+    """One of offload's queues on `device`, with a raw handle other libraries can queue
+    work on (see Queue). The initial device gives a Queue with handle 0 on which
+    everything is complete at once."""
     dev = _current().device(device)
     if dev is None:
-        return Stream(omp_initial_device, None, 0, None, None)
+        return Queue(omp_initial_device, None, 0, None)
     q = dev.get_queue()
-    handle = _handle(q)
-    return Stream(dev.number, q, handle, dev.release_queue, dev.synchronize)
+    return Queue(dev.number, q, _handle(q), dev.generic)
 
 
 def _handle(queue: Any) -> int:
@@ -207,7 +286,7 @@ def wait_stream(stream: Any, device: int | None = None) -> None:
     `torch.cuda.current_stream().cuda_stream`) has finished, before offload's next
     operation: an event recorded on that stream, waited for by polling (so Ctrl-C still
     works). No device-wide synchronize."""
-    if isinstance(stream, Stream):
+    if isinstance(stream, Queue):
         stream.synchronize()
         return
     if hasattr(stream, "__cuda_stream__"):

@@ -10,7 +10,8 @@ plugin_manager.BUILTIN.setdefault("recording", "tests.fakes.recording:RecordingP
 plugin_manager.BUILTIN.setdefault("noimage", "tests.fakes.recording:NoImagePlugin")
 
 _ENV = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE", "LIBOMPTARGET_INFO",
-        "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", "OFFLOAD_PLUGINS", "OFFLOAD_HOST_NUM_DEVICES")
+        "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", "OFFLOAD_PLUGINS", "OFFLOAD_HOST_NUM_DEVICES",
+        "OFFLOAD_HOST_ASYNC")
 
 
 def vmlck_kb() -> int:

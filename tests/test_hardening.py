@@ -501,6 +501,11 @@ def test_delete_during_a_nowait_target_waits_for_its_kernel(rt, k):
     offload.target_enter_data(offload.to(flag), device=0)
     h = offload.target(k.spin, flag, device=0, nowait=True)
     dev_flag = offload.omp_get_mapped_ptr(flag, 0)
+    table = offload.runtime.current().device(0).table
+    deadline = time.monotonic() + 10                   # the region has begun (OpenMP gives
+    while table.lookup(flag.ctypes.data, 4).busy == 0:  # no order without a dependence)
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
     deleter = background(offload.target_exit_data, offload.delete(flag), device=0)
     deleter.join(0.2)
     assert deleter.is_alive() and not h.done()         # the exit waits for the kernel

@@ -100,6 +100,30 @@ class GenericDevice:
         """Called before freed device memory goes to the pool: wait for any queued work
         that may still use it (the driver's own free would)."""
 
+    # ---- events (defaults for plugins whose queues are synchronous) ---------
+    def _event_create_impl(self) -> Any:
+        """A new event, complete until recorded."""
+        return None
+
+    def _event_record_impl(self, event: Any, queue: Any) -> None:
+        """Make `event` complete when `queue` reaches this point."""
+
+    def _event_query_impl(self, event: Any) -> bool:
+        return True
+
+    def _event_sync_impl(self, event: Any) -> None:
+        """Wait on the host until `event` is complete (interruptibly)."""
+
+    def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
+        """Make later work on `queue` wait for `event`, without blocking the host."""
+
+    def _event_destroy_impl(self, event: Any) -> None: ...
+
+    def _host_function_impl(self, queue: Any, fn: Callable[[], None]) -> bool:
+        """Queue a host function on `queue`; False: the generic layer waits for the
+        queue and calls it."""
+        return False
+
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
         """Set `size` bytes at device address `tgt` to `value` on the device, queued on
         `queue`; False when the device cannot (the generic layer then copies a filled
@@ -130,6 +154,39 @@ class GenericDevice:
         """`with dev.queue() as q:` a queue of our own, synchronized and given back at
         the end; `dev.queue(q)` uses the caller's."""
         return self.queues.borrow(queue)
+
+    def sync_queue(self, queue: Any) -> None:
+        """Wait for `queue` (interruptibly); raises the first error of its work."""
+        self._sync_impl(queue)
+
+    def query_queue(self, queue: Any) -> bool:
+        return self._query_impl(queue)
+
+    # ---- events -----------------------------------------------------------
+    def event_create(self) -> Any:
+        return self._event_create_impl()
+
+    def event_record(self, event: Any, queue: Any) -> None:
+        self._event_record_impl(event, queue)
+
+    def event_query(self, event: Any) -> bool:
+        return self._event_query_impl(event)
+
+    def event_sync(self, event: Any) -> None:
+        self._event_sync_impl(event)
+
+    def queue_wait_event(self, queue: Any, event: Any) -> None:
+        self._queue_wait_event_impl(queue, event)
+
+    def event_destroy(self, event: Any) -> None:
+        self._event_destroy_impl(event)
+
+    def host_function(self, queue: Any, fn: Callable[[], None]) -> None:
+        """Run `fn` when `queue` reaches this point (at once, after a wait for the
+        queue, where the plugin cannot queue host work)."""
+        if not self._host_function_impl(queue, fn):
+            self._sync_impl(queue)
+            fn()
 
     def drain(self) -> None:
         """Wait for every queue this device made."""

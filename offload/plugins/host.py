@@ -7,6 +7,7 @@ their C prototypes' types. Pinning is real mlock/munlock.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import resource
@@ -23,6 +24,7 @@ from ..pinned import Kind
 from ._libc import memmove, memset
 from .args import params_from_ctype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, strided_rows
+from .host_queue import HostEvent, HostQueue
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -171,10 +173,55 @@ class HostDevice(GenericDevice):
         _libc.free(_ffi.cast("void *", addr))
 
     def _submit_impl(self, tgt, host, size, queue, pinned) -> None:
-        memmove(tgt, host, size)
+        if isinstance(queue, HostQueue):
+            queue.put(functools.partial(memmove, tgt, host, size))
+        else:
+            memmove(tgt, host, size)
 
     def _retrieve_impl(self, host, tgt, size, queue, pinned) -> None:
-        memmove(host, tgt, size)
+        if isinstance(queue, HostQueue):
+            queue.put(functools.partial(memmove, host, tgt, size))
+        else:
+            memmove(host, tgt, size)
+
+    # ---- queues and events: real ones with OFFLOAD_HOST_ASYNC=1 -------------
+    def _create_queue_impl(self) -> Any:
+        return HostQueue() if self.plugin.config.host_async else None
+
+    def _destroy_queue_impl(self, queue: Any) -> None:
+        if isinstance(queue, HostQueue):
+            queue.close()
+
+    def _sync_impl(self, queue: Any) -> None:
+        if isinstance(queue, HostQueue):
+            queue.drain()
+
+    def _query_impl(self, queue: Any) -> bool:
+        return not isinstance(queue, HostQueue) or queue.idle()
+
+    def _event_create_impl(self) -> Any:
+        return HostEvent()
+
+    def _event_record_impl(self, event: Any, queue: Any) -> None:
+        if isinstance(queue, HostQueue):
+            event.reset()
+            queue.put(event.fire)
+
+    def _event_query_impl(self, event: Any) -> bool:
+        return event.done()
+
+    def _event_sync_impl(self, event: Any) -> None:
+        event.wait()
+
+    def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
+        if isinstance(queue, HostQueue):
+            queue.put(event.wait)
+
+    def _host_function_impl(self, queue: Any, fn: Any) -> bool:
+        if not isinstance(queue, HostQueue):
+            return False
+        queue.put(fn)
+        return True
 
     def _copy_strided(self, to_device: bool, host: int, tgt: int, shape: tuple[int, ...],
                       strides: tuple[int, ...], itemsize: int) -> None:
@@ -196,7 +243,10 @@ class HostDevice(GenericDevice):
         np.copyto(dst, src)
 
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
-        memset(tgt, value, size)
+        if isinstance(queue, HostQueue):
+            queue.put(functools.partial(memset, tgt, value, size))
+        else:
+            memset(tgt, value, size)
         return True
 
     def _exchange_impl(self, src, dst_device, dst, size, queue) -> bool:
@@ -232,10 +282,13 @@ class HostDevice(GenericDevice):
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         ffi, fn = kernel.handle
         conv = []
-        for (t, is_ptr), a in zip(kernel.params, args, strict=False):
-            conv.append(_ffi_cast(ffi, t, a) if is_ptr else a)
         try:
-            fn(*conv)
+            for (t, is_ptr), a in zip(kernel.params, args, strict=False):
+                conv.append(_ffi_cast(ffi, t, a) if is_ptr else a)
+            if isinstance(queue, HostQueue):
+                queue.put(functools.partial(fn, *conv))
+            else:
+                fn(*conv)
         except (TypeError, OverflowError) as exc:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"bad argument for kernel '{kernel.name}': {exc}") from None
