@@ -65,3 +65,25 @@ def test_strided_update_on_the_gpu(cuda):
         offload.omp_target_memcpy(b, offload.omp_get_mapped_ptr(a, 0), a.nbytes, 0, 0,
                                   offload.omp_get_initial_device(), 0)
         assert (b[::2, 3] == 5).all() and (b[1::2, 3] == orig[1::2, 3]).all()
+
+
+def test_queues_and_events_on_cuda(cuda):
+    """CUDA events through the common layer: record, query, host wait, and a second
+    stream ordered after the first with cuStreamWaitEvent."""
+    n = 1 << 26
+    d = offload.omp_target_alloc(n, 0)
+    q1, q2 = offload.stream(0), offload.stream(0)
+    assert q1.handle and q1.handle != q2.handle
+    dev = offload.runtime.current().device(0)
+    dev.generic._fill_impl(d, 7, n, q1.queue)           # queued, not waited for
+    ev = q1.record()
+    q2.wait_event(ev)
+    back = np.zeros(16, dtype=np.uint8)
+    q2.launch_host_function(lambda: None)               # generic fallback: waits for q2
+    ev.wait()
+    assert ev.query()
+    offload.omp_target_memcpy(back, d, 16, 0, n - 16, offload.omp_get_initial_device(), 0)
+    assert (back == 7).all()
+    q1.close()
+    q2.close()
+    offload.omp_target_free(d, 0)

@@ -234,6 +234,41 @@ class CUDADevice(GenericDevice):
             rc = query(queue)
         drv.check(rc, "cuStreamSynchronize")
 
+    # ---- events: CUDA events, waited for by polling ---------------------------
+    def _event_create_impl(self) -> Any:
+        self.activate()
+        ev = _ffi.new("CUevent *")
+        self.plugin.drv.check(self.plugin.drv.lib.cuEventCreate(ev, C.CU_EVENT_DISABLE_TIMING),
+                              "cuEventCreate")
+        return ev[0]
+
+    def _event_record_impl(self, event: Any, queue: Any) -> None:
+        self.activate()
+        self.plugin.drv.check(self.plugin.drv.lib.cuEventRecord(event, queue), "cuEventRecord")
+
+    def _event_query_impl(self, event: Any) -> bool:
+        rc = self.plugin.drv.lib.cuEventQuery(event)
+        if rc == C.CUDA_ERROR_NOT_READY:
+            return False
+        self.plugin.drv.check(rc, "cuEventQuery")
+        return True
+
+    def _event_sync_impl(self, event: Any) -> None:
+        """Spin up to 100 µs, then sleep between polls (Ctrl-C is delivered)."""
+        spin_until = time.perf_counter() + _SPIN_SECONDS
+        while not self._event_query_impl(event):
+            if time.perf_counter() > spin_until:
+                Interrupts.deliver()
+                time.sleep(50e-6)
+
+    def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
+        self.activate()
+        self.plugin.drv.check(self.plugin.drv.lib.cuStreamWaitEvent(queue, event, 0),
+                              "cuStreamWaitEvent")
+
+    def _event_destroy_impl(self, event: Any) -> None:
+        self.plugin.drv.lib.cuEventDestroy_v2(event)
+
     def _query_impl(self, queue: Any) -> bool:
         rc = self.plugin.drv.lib.cuStreamQuery(queue)
         if rc == C.CUDA_ERROR_NOT_READY:
