@@ -590,6 +590,18 @@ def mixed_stress(seconds, devices, kernel, seed=0, args=lambda a: (a, a.size), e
     return sum(counts)
 
 
+def test_sixteen_threads_mixed_stress_host_async_queues(runtime, k):
+    """The same mix on host queues that run on worker threads (OFFLOAD_HOST_ASYNC=1):
+    every copy, kernel and fill goes through a queue, as on a GPU."""
+    runtime(OFFLOAD_HOST_ASYNC=1, OFFLOAD_HOST_NUM_DEVICES=2)
+    assert vmlck_kb() == 0
+    n = mixed_stress(min(STRESS_S, 15), [0, 1], k.add_one, seed=3)
+    assert n > 200
+    assert totals() == (0, 0) and pins()["entries"] == 0
+    offload.shutdown()
+    assert vmlck_kb() == 0
+
+
 def test_sixteen_threads_mixed_stress_host(rt, k):
     """16 threads, STRESS_S seconds (OFFLOAD_STRESS_SECONDS, default 60), then VmLck back
     to 0 and no device allocation left."""
