@@ -738,3 +738,31 @@ def test_conformance_hsa_simulator(sim, code_objects):
     image = offload.load_image(code_objects["gfx90a"])
     report = run_conformance(AMDGPUPlugin, Config(hsa_library=sim.path), image=image)
     assert report.devices == 2 and "kernel" in report.passed
+
+
+# ---- queues and events (issue 14): signals of their own, barrier-AND packets ----------------
+def test_events_and_queue_waits_on_hsa(amd, sim):
+    """A copy queued on q1, an event recorded after it, q2 ordered after the event by a
+    barrier-AND (no host wait), then a copy back on q2: the data went through in order."""
+    n = 32 << 20
+    src = np.random.default_rng(5).integers(0, 255, n, dtype=np.uint8)
+    out = np.zeros(n, dtype=np.uint8)
+    d = offload.omp_target_alloc(n, 0)
+    gen = offload.runtime.current().device(0).generic
+    with offload.locked(src, device=0) as ps, offload.locked(out, device=0) as po:
+        for _ in range(5):
+            out[:] = 0
+            q1, q2 = offload.stream(0), offload.stream(0)
+            gen._submit_impl(d, src.ctypes.data, n, q1.queue, ps.device_address)
+            ev = q1.record()
+            q2.wait_event(ev)
+            gen._retrieve_impl(out.ctypes.data, d, n, q2.queue, po.device_address)
+            q2.synchronize()
+            assert ev.query()
+            np.testing.assert_array_equal(out, src)
+            q1.close()
+            q2.close()
+    empty = offload.stream(0)
+    assert empty.record().query()                      # nothing queued: complete at once
+    empty.close()
+    offload.omp_target_free(d, 0)

@@ -156,14 +156,16 @@ class AQLQueue:
         store_release_u32(addr, header | (setup << 16))
         self._hsa.lib.hsa_signal_store_screlease(self.q.doorbell_signal, index)
 
-    def barrier_and(self, dep: Any, check: Any) -> None:
-        """A barrier-AND packet: later packets wait for `dep` (no host wait)."""
+    def barrier_and(self, dep: Any, check: Any, more: tuple = (), done: Any = None) -> None:
+        """A barrier-AND packet: later packets wait for `dep` and up to four `more`
+        signals (no host wait); `done` (if given) is decremented when they complete."""
         index, addr = self._slot(check)
         b = ffi.cast("hsa_barrier_and_packet_t *", addr)
         b.reserved0, b.reserved1, b.reserved2 = 0, 0, 0
+        deps = (dep, *more)
         for i in range(5):
-            b.dep_signal[i] = dep if i == 0 else _NO_SIGNAL
-        b.completion_signal = _NO_SIGNAL
+            b.dep_signal[i] = deps[i] if i < len(deps) else _NO_SIGNAL
+        b.completion_signal = _NO_SIGNAL if done is None else done
         self._publish(index, addr, HSA_PACKET_TYPE_BARRIER_AND, 0)
 
     def dispatch(self, wg: int, grid: int, private: int, group: int, kernel_object: int,

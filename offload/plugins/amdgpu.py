@@ -64,6 +64,13 @@ class _Queue:
         self.kernargs: list[tuple[int, int]] = []
 
 
+class _Event:
+    """An AMDGPU event: a signal of its own (None until first recorded)."""
+
+    def __init__(self) -> None:
+        self.sig: Any = None
+
+
 class AMDGPUDevice(GenericDevice):
     plugin: AMDGPUPlugin
 
@@ -206,6 +213,51 @@ class AMDGPUDevice(GenericDevice):
 
     def _query_impl(self, queue: _Queue) -> bool:
         return self._pending(queue) is None
+
+    # ---- events: a signal of their own, set by a barrier-AND after the queue's work --
+    def _event_create_impl(self) -> Any:
+        return _Event()
+
+    def _event_record_impl(self, event: Any, queue: Any) -> None:
+        lib = self.plugin.hsa.lib
+        if event.sig is None:
+            event.sig = self.plugin.signals.get()
+        dep = self._pending(queue) if isinstance(queue, _Queue) else None
+        if dep is None:
+            lib.hsa_signal_store_screlease(event.sig, 0)          # nothing queued: complete
+            return
+        lib.hsa_signal_store_screlease(event.sig, 1)
+        with self._dispatch_lock:
+            queue.hw.barrier_and(dep, self._check_error, done=event.sig)
+
+    def _event_query_impl(self, event: Any) -> bool:
+        if event.sig is None:
+            return True
+        value = self.plugin.hsa.lib.hsa_signal_load_scacquire(event.sig)
+        if value < 0:
+            raise OffloadError(ErrorCode.BACKEND_FAILURE,
+                               f"an asynchronous HSA operation failed (signal {value})")
+        return value == 0
+
+    def _event_sync_impl(self, event: Any) -> None:
+        if event.sig is not None:
+            self.plugin.wait(event.sig, self)
+
+    def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
+        if event.sig is None or self._event_query_impl(event):
+            return
+        done = self.plugin.signals.get()
+        queue.signals.append(done)
+        dep = self._pending(queue)
+        with self._dispatch_lock:
+            queue.hw.barrier_and(event.sig, self._check_error,
+                                 () if dep is None else (dep,), done=done)
+        queue.last = done
+
+    def _event_destroy_impl(self, event: Any) -> None:
+        sig, event.sig = event.sig, None
+        if sig is not None and self.plugin.hsa.lib.hsa_signal_load_scacquire(sig) == 0:
+            self.plugin.signals.put(sig)        # a pending one is never reused: dropped
 
     # ---- kernels ----------------------------------------------------------
     def _load_impl(self, binary: Binary) -> Any:
