@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, span
+from .arrays import as_array, extent, span
 from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
@@ -322,15 +322,14 @@ def _update_strided(dev: Device, arr: np.ndarray, to_device: bool, present: bool
     if arr.size == 0:
         return
     host = int(arr.__array_interface__["data"][0])
-    pairs = list(zip(arr.shape, arr.strides, strict=True))
-    lo = host + sum(min(0, (n - 1) * st) for n, st in pairs)
-    hi = host + sum(max(0, (n - 1) * st) for n, st in pairs) + arr.itemsize
-    e = dev.table.lookup(lo, hi - lo)
+    lo, hi = extent(arr.shape, arr.strides, arr.itemsize)
+    e = dev.table.lookup(host + lo, hi - lo)
     if e is None:
         if present:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"target_update: a strided view at 0x{lo:x} ({hi - lo} bytes) "
-                               f"is not present on device {dev.number} (present modifier)")
+                               f"target_update: a strided view at 0x{host + lo:x} "
+                               f"({hi - lo} bytes) is not present on device {dev.number} "
+                               f"(present modifier)")
         return                                           # absent: nothing (OpenMP)
     tgt = e.tgt_begin + (host - e.hst_begin)
     dev.plugin.data_update_strided(dev.local_id, to_device, host, tgt, arr.shape,

@@ -60,6 +60,13 @@ def span(arr: np.ndarray) -> tuple[int, int]:
     return int(arr.__array_interface__["data"][0]), int(arr.nbytes)
 
 
+def extent(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """(lowest, highest + 1) byte offsets a strided block touches, from its first element."""
+    pairs = list(zip(shape, strides, strict=True))
+    return (sum(min(0, (n - 1) * st) for n, st in pairs),
+            sum(max(0, (n - 1) * st) for n, st in pairs) + itemsize)
+
+
 def describe(arr: Any) -> str:
     """A short name for messages: 'float64[100]'."""
     if isinstance(arr, np.ndarray):

@@ -273,10 +273,9 @@ def _handle(queue: Any) -> int:
         return 0
     if isinstance(queue, int):
         return queue
-    try:
+    if isinstance(queue, _ffi.CData):
         return int(_ffi.cast("uintptr_t", queue))
-    except TypeError:                 # a plugin's own queue object (not a driver handle)
-        return id(queue)
+    return 0                          # a plugin's own queue object, not a driver handle
 
 
 @operation

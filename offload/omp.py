@@ -246,6 +246,11 @@ def _memcpy_plan(what: str, dst: Any, src: Any, length: Any, dst_offset: Any,
     return functools.partial(_copy, d + doff, s + soff, n, ddev, sdev)
 
 
+def _null(x: Any) -> bool:
+    """None or the integer 0 (a NULL pointer argument)."""
+    return x is None or (isinstance(x, (int, np.integer)) and x == 0)
+
+
 def _int_list(seq: Any, what: str, count: int, minimum: int = 0) -> list[int]:
     try:
         items = list(seq)
@@ -270,8 +275,7 @@ def omp_target_memcpy_rect(dst: Any, src: Any, element_size: int, num_dims: int,
     Each offset plus volume must fit inside its dimension, and an array argument must
     hold its whole dimensions. Returns INT_MAX when both pointers are NULL (the number
     of dimensions supported), else 0, or -1 after one error line."""
-    if (dst is None or isinstance(dst, (int, np.integer)) and dst == 0) and \
-            (src is None or isinstance(src, (int, np.integer)) and src == 0):
+    if _null(dst) and _null(src):
         return INT_MAX
     try:
         plan = _rect_plan("omp_target_memcpy_rect", dst, src, element_size, num_dims, volume,

@@ -24,6 +24,7 @@ from .omp import (
     _device_array_on_device,
     _fail,
     _memcpy_plan,
+    _null,
     _rect_plan,
 )
 from .plugins._libc import memset
@@ -101,10 +102,6 @@ def omp_target_memcpy_rect_async(dst: Any, src: Any, element_size: int, num_dims
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)
-
-
-def _null(x: Any) -> bool:
-    return x is None or (isinstance(x, int) and not isinstance(x, bool) and x == 0)
 
 
 def _memset_plan(what: str, ptr: Any, value: Any, count: Any,

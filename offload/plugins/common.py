@@ -25,7 +25,7 @@ from .queues import Queues
 from .staging import Staging
 
 __all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "Interrupts",
-           "check_kernel_args", "memmove", "pack_scalar", "strided_rows"]
+           "check_kernel_args", "contiguous_tail", "memmove", "pack_scalar", "strided_rows"]
 
 
 class Interrupts:
@@ -288,14 +288,21 @@ class GenericDevice:
 DeviceT = TypeVar("DeviceT", bound=GenericDevice)
 
 
-def strided_rows(shape: tuple[int, ...], strides: tuple[int, ...],
-                 itemsize: int) -> tuple[int, int, list[int]]:
-    """(rows, bytes per row, byte offset of each row) of a strided block: trailing
-    dimensions that are contiguous merge into one row."""
+def contiguous_tail(shape: tuple[int, ...], strides: tuple[int, ...],
+                    itemsize: int) -> tuple[int, int]:
+    """(k, row bytes): dimensions k and up are contiguous and merge into one row."""
     row, k = itemsize, len(shape)
     while k > 0 and strides[k - 1] == row:
         row *= shape[k - 1]
         k -= 1
+    return k, row
+
+
+def strided_rows(shape: tuple[int, ...], strides: tuple[int, ...],
+                 itemsize: int) -> tuple[int, int, list[int]]:
+    """(rows, bytes per row, byte offset of each row) of a strided block: trailing
+    dimensions that are contiguous merge into one row."""
+    k, row = contiguous_tail(shape, strides, itemsize)
     offsets = [0]
     for i in range(k - 1, -1, -1):
         offsets = [o + j * strides[i] for j in range(shape[i]) for o in offsets]

@@ -33,6 +33,22 @@ SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opti
 _SPIN_SECONDS = 100e-6     # spin on a stream this long before sleeping between polls
 
 
+def _poll(query: Any, handle: Any) -> int:
+    """Poll query(handle) (cuStreamQuery, cuEventQuery) until it is not NOT_READY: a spin of
+    100 µs (the driver releases the GIL per query), then sleeps of 50 µs growing to 1 ms,
+    so a pending Ctrl-C is delivered even while a kernel hangs. Returns the last result."""
+    spin_until = time.perf_counter() + _SPIN_SECONDS
+    while (rc := query(handle)) == C.CUDA_ERROR_NOT_READY and time.perf_counter() < spin_until:
+        pass                            # short copies finish within the spin: no sleep
+    delay = 50e-6
+    while rc == C.CUDA_ERROR_NOT_READY:
+        Interrupts.deliver()
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
+        rc = query(handle)
+    return rc
+
+
 class CUDADevice(GenericDevice):
     plugin: CUDAPlugin
 
@@ -212,27 +228,14 @@ class CUDADevice(GenericDevice):
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     def _sync_impl(self, queue: Any) -> None:
-        """Wait for a stream by polling it: a spin of 100 µs (the driver releases the GIL
-        per query), then sleeps of 50 µs growing to 1 ms, so a pending Ctrl-C is
-        delivered even while a kernel hangs."""
+        """Wait for a stream by polling it (`_poll`), so a pending Ctrl-C is delivered."""
         drv = self.plugin.drv
         drv.alive()
         if queue is None:
             self.activate()
             drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
             return
-        query = drv.lib.cuStreamQuery
-        spin_until = time.perf_counter() + _SPIN_SECONDS
-        while (rc := query(queue)) == C.CUDA_ERROR_NOT_READY and \
-                time.perf_counter() < spin_until:
-            pass                        # short copies finish within the spin: no sleep
-        delay = 50e-6
-        while rc == C.CUDA_ERROR_NOT_READY:
-            Interrupts.deliver()
-            time.sleep(delay)
-            delay = min(delay * 2, 1e-3)
-            rc = query(queue)
-        drv.check(rc, "cuStreamSynchronize")
+        drv.check(_poll(drv.lib.cuStreamQuery, queue), "cuStreamSynchronize")
 
     # ---- events: CUDA events, waited for by polling ---------------------------
     def _event_create_impl(self) -> Any:
@@ -254,12 +257,7 @@ class CUDADevice(GenericDevice):
         return True
 
     def _event_sync_impl(self, event: Any) -> None:
-        """Spin up to 100 µs, then sleep between polls (Ctrl-C is delivered)."""
-        spin_until = time.perf_counter() + _SPIN_SECONDS
-        while not self._event_query_impl(event):
-            if time.perf_counter() > spin_until:
-                Interrupts.deliver()
-                time.sleep(50e-6)
+        self.plugin.drv.check(_poll(self.plugin.drv.lib.cuEventQuery, event), "cuEventQuery")
 
     def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
         self.activate()
@@ -508,12 +506,7 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         drv.check(drv.lib.cuEventCreate(ev, C.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
             drv.check(drv.lib.cuEventRecord(ev[0], handle), f"cuEventRecord(0x{stream:x})")
-            delay = 20e-6
-            while (rc := drv.lib.cuEventQuery(ev[0])) == C.CUDA_ERROR_NOT_READY:
-                Interrupts.deliver()
-                time.sleep(delay)
-                delay = min(delay * 2, 1e-3)
-            drv.check(rc, "cuEventQuery")
+            drv.check(_poll(drv.lib.cuEventQuery, ev[0]), "cuEventQuery")
         finally:
             drv.lib.cuEventDestroy_v2(ev[0])
 

@@ -18,12 +18,20 @@ from typing import Any
 import cffi
 import numpy as np
 
+from ..arrays import extent
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
 from ._libc import memmove, memset
 from .args import params_from_ctype
-from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, strided_rows
+from .common import (
+    AllocKind,
+    GenericDevice,
+    GenericKernel,
+    GenericPlugin,
+    contiguous_tail,
+    strided_rows,
+)
 from .host_queue import HostEvent, HostQueue
 
 _ffi = cffi.FFI()
@@ -227,13 +235,8 @@ class HostDevice(GenericDevice):
                       strides: tuple[int, ...], itemsize: int) -> None:
         """One strided memcpy (numpy's copyto) between views of host and device memory
         whose last axis is a whole contiguous row."""
-        row, k = itemsize, len(shape)
-        while k > 0 and strides[k - 1] == row:          # merge the contiguous tail
-            row *= shape[k - 1]
-            k -= 1
-        outer = list(zip(shape[:k], strides[:k], strict=True))
-        lo = sum(min(0, (n - 1) * st) for n, st in outer)
-        hi = sum(max(0, (n - 1) * st) for n, st in outer) + row
+        k, row = contiguous_tail(shape, strides, itemsize)
+        lo, hi = extent(shape[:k], strides[:k], row)
         views = []
         for base in (host, tgt):
             buf = (ctypes.c_char * (hi - lo)).from_address(base + lo)

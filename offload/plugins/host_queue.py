@@ -77,16 +77,13 @@ class HostQueue:
 
     def drain(self) -> None:
         """Wait until everything queued has run; raise the first error it raised."""
-        with self._cond:
-            while self._work or self._busy:
+        while True:
+            with self._cond:
+                if not self._work and not self._busy:
+                    exc, self._error = self._error, None
+                    break
                 self._cond.wait(0.05)
-                if self._work or self._busy:
-                    self._cond.release()
-                    try:
-                        Interrupts.deliver()
-                    finally:
-                        self._cond.acquire()
-            exc, self._error = self._error, None
+            Interrupts.deliver()                 # outside the lock: Ctrl-C gets through
         if exc is not None:
             raise exc
 
