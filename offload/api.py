@@ -2,6 +2,8 @@
 devices. Target regions are in target.py, the OpenMP-named functions in omp.py."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,15 @@ from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .runtime import Handle, Runtime, check_depend, operation, wait_depend
+from .runtime import (
+    Handle,
+    Runtime,
+    check_depend,
+    operation,
+    queue_after,
+    stream_queue,
+    wait_depend,
+)
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
 
@@ -253,7 +263,7 @@ def target_exit_data(*maps: Any, device: int | None = None,
 @operation
 def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
                   device: int | None = None, nowait: bool = False,
-                  depend: Sequence[Handle] = ()) -> Handle | None:
+                  depend: Sequence[Handle] = (), stream: Any = None) -> Handle | None:
     """Copy present data (`#pragma omp target update`).
 
     Args:
@@ -262,6 +272,10 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         device: device number; None for the default device.
         nowait: return at once with a Handle.
         depend: Handles of earlier nowait work to run after (OpenMP's depend clause).
+        stream: an `offload.Stream` of the device: the copies go on it, in order with
+            what it holds. With `nowait=True` they are only queued (copies of pinned
+            memory run asynchronously), dependences on other Stream work of the device
+            are waited for on the device, and the Handle completes with the copies.
 
     Returns:
         None, or a Handle with `nowait=True`.
@@ -279,6 +293,9 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
             it = m.item() if isinstance(m, MapClause) else MapClause(m, motion).item()
             it.type = (it.type & MapType.PRESENT) | motion
             items.append(it)
+    queue = stream_queue(stream, dev, "target_update")
+    if queue is not None:
+        return _update_on_stream(dev, items, strided, queue, nowait, depend)
     if strided and dev is not None:
         table = dev.table
         plain = table.target_data_update
@@ -290,6 +307,35 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         return _construct(update, items, dev, nowait, depend)
     return _construct(dev.table.target_data_update if dev else None, items, dev, nowait,
                       depend)
+
+
+def _update_on_stream(dev: Any, items: list[MapItem],
+                      strided: list[tuple[np.ndarray, bool, bool]], queue: Any,
+                      nowait: bool, depend: Sequence[Handle]) -> Handle | None:
+    """target_update's copies queued on a Stream's queue (see target_update)."""
+    deps = check_depend(depend) if depend else ()
+    generic, table = dev.generic, dev.table
+    queue_after(deps, generic, queue)
+    hold: list = []
+    try:
+        table.target_data_update(items, queue, hold=hold)
+        if strided:                          # strided copies run on queues of their own
+            dev.synchronize(queue)
+            for arr, to_device, present in strided:
+                _update_strided(dev, arr, to_device, present)
+        table.dump_if_asked()
+        if nowait:
+            h = _current().nowait.watch(generic, queue,
+                                        functools.partial(table.release_busy, hold))
+            hold = []
+            return h
+        dev.synchronize(queue)
+        return None
+    finally:
+        if hold:                             # an error: nothing may still use them
+            with contextlib.suppress(Exception):
+                dev.synchronize(queue)
+            table.release_busy(hold)
 
 
 def _strided_out(seq: Any, what: str, to_device: bool,

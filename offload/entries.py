@@ -12,7 +12,7 @@ class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready", "failed", "where", "busy")
+                 "pinned", "owned", "ready", "failed", "where", "busy", "views")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
@@ -29,6 +29,7 @@ class HostDataToTarget:
         self.failed = False
         self.where = "unknown:0:0"                  # where it was mapped (table dumps)
         self.busy = 0                               # operations in flight using it
+        self.views: dict | None = None              # device_array layouts, made once
 
     @property
     def size(self) -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import Any
 
 import cffi
 import numpy as np
 
-from .arrays import span
+from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
@@ -34,12 +35,15 @@ class DeviceArray:
 
     def __init__(self, ptr: int, array: np.ndarray | None, device: int,
                  dl_device: tuple[int, int], plugin: str, entry: Any = None,
-                 table: Any = None, shape: tuple[int, ...] = (), dtype: Any = None):
+                 table: Any = None, shape: tuple[int, ...] = (), dtype: Any = None,
+                 layout: Layout | None = None):
         self.ptr = ptr
         self.array = array                  # the host copy (None: memory born on the device)
-        self.shape = array.shape if array is not None else tuple(shape)
-        self.dtype = array.dtype if array is not None else np.dtype(dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        if array is not None:
+            self.shape, self.dtype, self.nbytes = array.shape, array.dtype, array.nbytes
+        else:
+            self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+            self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self.device = device
         self.plugin = plugin
         self._dl_device = dl_device
@@ -47,12 +51,27 @@ class DeviceArray:
             else array.strides              # None: compact row-major
         self._read_only = array is not None and not array.flags.writeable
         self._entry, self._table = entry, table
-        self._layout: Layout | None = None
+        self._layout = layout
 
     def _strides(self) -> tuple[int, ...] | None:
         if self._byte_strides is None:
             return None                     # compact row-major: DLPack says NULL
         return tuple(s // self.dtype.itemsize for s in self._byte_strides)
+
+    def _make_layout(self) -> Layout:
+        """The DLPack layout, made once per view of a mapping while the mapping lives."""
+        entry = self._entry
+        key = (self.ptr, self.shape, self._byte_strides, self.dtype)
+        views = entry.views if entry is not None else None
+        layout = views.get(key) if views is not None else None
+        if layout is None:
+            layout = Layout(self.ptr, self._dl_device, self.shape, self._strides(), self.dtype)
+            if entry is not None:
+                if views is None:
+                    views = entry.views = {}
+                if len(views) < 64:
+                    views[key] = layout
+        return layout
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._dl_device
@@ -69,8 +88,7 @@ class DeviceArray:
                                f"device_array lives on {self._dl_device}, not {dl_device}")
         _wait_for_work(self)
         if self._layout is None:
-            self._layout = Layout(self.ptr, self._dl_device, self.shape, self._strides(),
-                                  self.dtype)
+            self._layout = self._make_layout()
         return capsule(self._layout, self._read_only, self,
                        max_version is not None and max_version[0] >= 1)
 
@@ -121,10 +139,9 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
         >>> with offload.target_data(offload.tofrom(a), device=0):
         ...     t = torch.from_dlpack(offload.device_array(a, 0))   # same memory
     """
-    from .arrays import as_array
-    arr = as_array(a, "device_array")
-    rt = _current()
-    dev = rt.device(device)
+    arr = a if type(a) is np.ndarray and a.flags.c_contiguous and not a.dtype.hasobject \
+        else as_array(a, "device_array")
+    dev = _current().device(device)
     if dev is None:
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            "device_array: the initial device holds the array itself")

@@ -373,8 +373,11 @@ class MappingTable:
             self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, d.name, queue)
 
     # ---- update -----------------------------------------------------------
-    def target_data_update(self, items: Sequence[MapItem], queue: Any = None) -> None:
-        """Copy present items TO and/or FROM the device; absent ones are skipped."""
+    def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
+                           hold: list[HostDataToTarget] | None = None) -> None:
+        """Copy present items TO and/or FROM the device; absent ones are skipped. With
+        `hold`, the copies are only queued on `queue` and the entries they use stay
+        marked in use, appended to `hold` for `release_busy` once the queue has run."""
         for it in items:
             if it.read_only and int(it.type) & _FROM:
                 raise error([f"cannot update read-only memory at 0x{it.host:x} "
@@ -394,10 +397,17 @@ class MappingTable:
                     self._copy_to(p, tgt, n, it.name, queue)
                 if t & _FROM:
                     self._copy_from(p, tgt, n, it.name, queue)
-                if queue is not None:
+                if queue is not None and hold is None:
                     self.plugin.synchronize(self.device, queue)
+            except BaseException:
+                if hold is not None:
+                    self.plugin.synchronize(self.device, queue)
+                raise
             finally:
-                self.release_busy([e])
+                if hold is None:
+                    self.release_busy([e])
+                else:
+                    hold.append(e)
 
     # ---- work in flight keeps its entries ------------------------------------------
     def acquire_busy(self, p: int, n: int) -> HostDataToTarget | None:

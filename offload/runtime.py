@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import config as _config
+from .completions import Watcher
 from .config import Config, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
@@ -28,12 +29,25 @@ omp_invalid_device = -2
 
 
 class Handle:
-    """A `nowait` construct in flight; `wait()` returns its result or raises its error."""
+    """A `nowait` construct in flight; `wait()` returns its result or raises its error.
+    Work queued on a Stream also carries the event recorded after it (`event`, of the
+    plugin device `device`): later stream work waits for it on the device."""
 
-    def __init__(self, future: concurrent.futures.Future, owner: NowaitPool, thread: int):
+    def __init__(self, future: concurrent.futures.Future, owner: NowaitPool, thread: int,
+                 device: Any = None, event: Any = None):
         self._future = future
         self._owner = owner
         self._thread = thread
+        self.device = device
+        self.event = event
+
+    def __del__(self) -> None:
+        dev, ev = self.device, self.event
+        if ev is not None and dev is not None:
+            try:
+                dev.event_destroy(ev)
+            except Exception:                   # noqa: BLE001 - the runtime went first
+                pass
 
     def wait(self) -> Any:
         """Block until the work is done; return its result or raise what it raised."""
@@ -56,6 +70,7 @@ class NowaitPool:
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handles: dict[int, list[Handle]] = {}     # spawning thread -> its handles
+        self._watcher: Watcher | None = None            # completes Stream work's handles
 
     def spawn(self, fn: Callable[..., Any], *args: Any,
               depend: Sequence[Handle] = ()) -> Handle:
@@ -76,6 +91,33 @@ class NowaitPool:
             except BaseException:
                 rt.end()
                 raise
+            self._handles.setdefault(thread, []).append(h)
+        return h
+
+    def watch(self, device: Any, queue: Any, release: Callable[[], None]) -> Handle:
+        """A Handle for the work queued so far on `queue` of plugin device `device`:
+        an event is recorded after it; when it completes, `release()` runs (on the
+        watcher thread) and the Handle is done. Nothing waits on the caller's thread."""
+        rt = self._runtime
+        ev = device.event_create()
+        try:
+            device.event_record(ev, queue)
+        except BaseException:
+            device.event_destroy(ev)
+            raise
+        thread = threading.get_ident()
+        rt.begin()
+
+        def finish() -> None:
+            try:
+                release()
+            finally:
+                rt.end()
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = Watcher()
+            fut = self._watcher.watch(functools.partial(device.event_query, ev), finish)
+            h = Handle(fut, self, thread, device, ev)
             self._handles.setdefault(thread, []).append(h)
         return h
 
@@ -138,6 +180,35 @@ def _after(deps: tuple[Handle, ...], fn: Callable[..., Any], args: tuple) -> Any
     """Wait for the dependences (on this worker, not the caller), then run fn."""
     wait_depend(deps)
     return fn(*args)
+
+
+def stream_queue(stream: Any, dev: Device | None, what: str) -> Any:
+    """The queue of an offload.Stream made for `dev` (None for no stream)."""
+    if stream is None:
+        return None
+    queue = getattr(stream, "queue", None)
+    owner = getattr(stream, "device", object())
+    if dev is None or owner != dev.number or getattr(stream, "_open", True) is False:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{what}: stream= must be an open offload.Stream of the construct's "
+                           f"device ({'the host' if dev is None else dev.number}), got "
+                           f"{stream!r}")
+    return queue
+
+
+def queue_after(deps: Sequence[Handle], device: Any, queue: Any) -> None:
+    """Order later work on `queue` of plugin device `device` after `deps`: on the
+    device (an event wait) for Stream work of the same device that is still running,
+    on the host for anything else. A failed dependence raises, naming it."""
+    for i, h in enumerate(deps):
+        if h.event is not None and h.device is device and not h._future.done():
+            device.queue_wait_event(queue, h.event)
+            continue
+        exc = h._future.exception()
+        if exc is not None:
+            raise OffloadError(getattr(exc, "code", ErrorCode.UNKNOWN),
+                               f"dependence {i} failed, so this work did not run: "
+                               f"{exc}") from exc
 
 
 def wait_depend(deps: Sequence[Handle]) -> None:

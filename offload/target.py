@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
 from .plugins.common import GenericPlugin
-from .runtime import Handle, check_depend, operation, wait_depend
+from .runtime import Handle, check_depend, operation, queue_after, stream_queue, wait_depend
 from .runtime import current as _current
 
 _I_KERNEL = int(Info.PLUGIN_KERNEL)                # a plain int: fast tests
@@ -77,7 +78,7 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     dev = rt.construct_device(device)
     if any(is_foreign(a) for a in args):
         args = _device_pointers(args, dev)
-    queue = _stream_queue(stream, dev)
+    queue = stream_queue(stream, dev, "target")
     binary = dev.binary_for(kernel) if dev is not None else None
     if dev is not None and binary is None:
         if rt.config.target_offload is TargetOffload.MANDATORY:
@@ -95,6 +96,12 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         return None
     assert binary is not None
     dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
+    if nowait and queue is not None:        # on the stream, after deps: nothing blocks
+        queue_after(deps, dev.generic, queue)
+        busy = _target(kernel, binary, args, map, dev, teams, threads, shared_mem, queue,
+                       on_stream=True)
+        return rt.nowait.watch(dev.generic, queue,
+                               functools.partial(dev.table.release_busy, busy or []))
     if nowait:
         return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads,
                                shared_mem, queue, depend=deps)
@@ -120,19 +127,6 @@ def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]
     return tuple(out)
 
 
-def _stream_queue(stream: Any, dev: Device | None) -> Any:
-    """The queue of an offload.Stream made for `dev` (None for no stream)."""
-    if stream is None:
-        return None
-    queue = getattr(stream, "queue", None)
-    owner = getattr(stream, "device", object())
-    if dev is None or owner != dev.number:
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"target: stream= must be an offload.Stream of the region's device "
-                           f"({'the host' if dev is None else dev.number}), got {stream!r}")
-    return queue
-
-
 def _report_fallback(kernel: Kernel, dev: Device) -> None:
     """Say once per image and device that a kernel runs on the host instead."""
     if not dev.note_fallback(kernel.image):
@@ -152,7 +146,10 @@ _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[Any],
             dev: Device, teams: int | None, threads: int | None, shared_mem: int = 0,
-            stream_queue: Any = None) -> None:
+            stream_queue: Any = None, on_stream: bool = False) -> list | None:
+    """The region; `on_stream`: its work is only queued on `stream_queue`, and the
+    entries it uses stay marked in use, returned for `release_busy` once the queue ran
+    (an entry the region unmaps still waits for the queue before it is freed)."""
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     table = dev.table
     spans: list[tuple[int, int] | None] = []
@@ -167,6 +164,7 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
                 and table.overlapping(p, n) is None:
             items.append(MapClause(a, _IMPLICIT_TOFROM).item())
     busy: list = []
+    kept: list = []
     try:
         with dev.queue(stream_queue) as queue:
             table.target_data_begin(items, queue)
@@ -190,12 +188,14 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
                 table.target_data_end(items, queue, copy_back=False, own=busy)
                 raise
             table.target_data_end(items, queue, own=busy)
-            if stream_queue is not None:
+            if stream_queue is not None and not on_stream:
                 dev.synchronize(stream_queue)      # a queue of ours would sync on exit
+            kept, busy = (busy, []) if on_stream else ([], busy)
     finally:
         if busy:
             table.release_busy(busy)               # the queue has drained
     table.dump_if_asked()
+    return kept if on_stream else None
 
 
 def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,

@@ -7,6 +7,7 @@ import offload
 from offload import plugin_manager
 
 plugin_manager.BUILTIN.setdefault("recording", "tests.fakes.recording:RecordingPlugin")
+plugin_manager.BUILTIN.setdefault("pitched", "tests.fakes.recording:PitchedPlugin")
 plugin_manager.BUILTIN.setdefault("noimage", "tests.fakes.recording:NoImagePlugin")
 
 _ENV = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE", "LIBOMPTARGET_INFO",

@@ -204,7 +204,7 @@ def test_use_device_ptr_and_addr(dev):
 @pytest.mark.parametrize("view", [lambda a: a[:, 3], lambda a: a[::2],
                                   lambda a: a[1:3, 2:5], lambda a: a[::-1, ::2],
                                   lambda a: a.T[2:4]])
-@pytest.mark.parametrize("plugin", ["host", "recording"])
+@pytest.mark.parametrize("plugin", ["host", "recording", "pitched"])
 def test_strided_update_moves_exactly_the_view(runtime, view, plugin):
     runtime(OFFLOAD_PLUGINS=plugin)
     a = np.arange(48, dtype=np.float64).reshape(6, 8)
@@ -233,6 +233,94 @@ def test_strided_update_rows_not_elements(recording, runtime):
         offload.target_update(from_=[a[:, 256:768]], device=0)
         copies = [c for c in recording.calls[before:] if c[0] == "retrieve"]
     assert len(copies) == 64 and all(c[2] == 2048 for c in copies)
+
+
+def _pitched(runtime):
+    return runtime(OFFLOAD_PLUGINS="pitched").plugins[0]
+
+
+@pytest.mark.parametrize("lock", [False, True])
+def test_strided_update_one_2d_copy_per_block(runtime, lock):
+    """A column block is one 2-D copy (cuMemcpy2DAsync on CUDA) of its rows, straight
+    from the host rows, whether the array is pinned or not (below staging's threshold)."""
+    plugin = _pitched(runtime)
+    a = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)      # rows of 4 KiB
+    orig = a.copy()
+    with offload.target_data(offload.to(a), device=0):
+        if lock:
+            offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+        a[:] = -1
+        before = len(plugin.calls)
+        offload.target_update(from_=[a[:, 256:768]], device=0)
+        calls = plugin.calls[before:]
+        assert [c for c in calls if c[0] in ("copy2d", "retrieve")] ==             [("copy2d", False, a.ctypes.data + 1024, 4096, 2048, 64)]
+        want = np.full_like(a, -1)
+        want[:, 256:768] = orig[:, 256:768]
+        assert (a == want).all()
+        stats = offload.runtime.current().manager.get_device(0).stats
+        assert stats["from pinned" if lock else "from unpinned"] >= 64 * 2048
+        if lock:
+            offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_strided_update_three_dimensional_is_one_2d_copy_per_plane(runtime):
+    plugin = _pitched(runtime)
+    a = np.arange(4 * 8 * 16, dtype=np.int64).reshape(4, 8, 16)
+    orig = a.copy()
+    with offload.target_data(offload.to(a), device=0):
+        a[:] = 0
+        before = len(plugin.calls)
+        offload.target_update(from_=[a[1:3, ::2, 4:12]], device=0)
+        copies = [c for c in plugin.calls[before:] if c[0] == "copy2d"]
+        assert [(c[4], c[5]) for c in copies] == [(64, 4), (64, 4)]
+        want = np.zeros_like(a)
+        want[1:3, ::2, 4:12] = orig[1:3, ::2, 4:12]
+        assert (a == want).all()
+
+
+@pytest.mark.parametrize("to_device", [False, True])
+def test_strided_update_large_unpinned_blocks_go_packed_through_staging(runtime, to_device):
+    """Unpinned blocks over the staging threshold are packed into pinned buffers on the
+    host and moved as 2-D copies between the buffers (rows back to back) and the device."""
+    plugin = _pitched(runtime)
+    a = np.arange(512 * 1024, dtype=np.float32).reshape(512, 1024)    # 2 MiB, rows 4 KiB
+    orig = a.copy()
+    with offload.target_data(offload.to(a), device=0):
+        before = len(plugin.calls)
+        if to_device:
+            a[:, 100:900] = 7
+            offload.target_update(to=[a[:, 100:900]], device=0)
+            a[:] = 0
+            offload.target_update(from_=[a], device=0)
+            want = orig.copy()
+            want[:, 100:900] = 7
+        else:
+            a[:] = -1
+            offload.target_update(from_=[a[:, 100:900]], device=0)
+            want = np.full_like(a, -1)
+            want[:, 100:900] = orig[:, 100:900]
+        assert (a == want).all()
+        copies = [c for c in plugin.calls[before:] if c[0] == "copy2d"
+                  and c[1] == to_device]
+        assert len(copies) == -(-512 // (64 * 1024 // 3200))          # whole rows per buffer
+        assert all(c[3] == 3200 and c[4] == 3200 for c in copies)     # packed: pitch = width
+        assert sum(c[5] for c in copies) == 512
+
+
+def test_strided_update_refused_2d_copy_goes_row_by_row(runtime):
+    plugin = _pitched(runtime)
+    plugin.refuse_2d = 1
+    a = np.arange(16 * 64, dtype=np.float64).reshape(16, 64)
+    orig = a.copy()
+    with offload.target_data(offload.to(a), device=0):
+        a[:] = 0
+        before = len(plugin.calls)
+        offload.target_update(from_=[a[:, 8:40]], device=0)
+        rows = [c for c in plugin.calls[before:] if c[0] == "retrieve"]
+        assert len(rows) == 16 and all(c[2] == 256 for c in rows)
+        want = np.zeros_like(a)
+        want[:, 8:40] = orig[:, 8:40]
+        assert (a == want).all()
 
 
 def test_strided_update_absent_present_and_errors(dev):

@@ -42,6 +42,28 @@ def test_device_array_capsules_versioned_and_legacy(rt):
             dv.__dlpack__(dl_device=(dlpack.KDL_CUDA, 0))
 
 
+def test_device_array_layouts_follow_the_mapping(rt):
+    """A view's DLPack layout is made once per mapping: a sub-array, another shape of the
+    same bytes, and a new mapping of the same array each export their own address/shape."""
+    a = np.arange(24, dtype=np.int32)
+    with offload.target_data(offload.tofrom(a), device=0):
+        first = offload.omp_get_mapped_ptr(a, 0)
+        assert np.from_dlpack(offload.device_array(a, 0)).ctypes.data == first
+        assert np.from_dlpack(offload.device_array(a, 0)).shape == (24,)
+        part = np.from_dlpack(offload.device_array(a[8:], 0))
+        assert part.ctypes.data == first + 32 and part.shape == (16,)
+        grid = np.from_dlpack(offload.device_array(a.reshape(4, 6), 0))
+        assert grid.ctypes.data == first and grid.shape == (4, 6)
+    keep = offload.omp_target_alloc(96, 0)          # the next mapping lands elsewhere
+    try:
+        with offload.target_data(offload.to(a), device=0):
+            again = offload.omp_get_mapped_ptr(a, 0)
+            v = np.from_dlpack(offload.device_array(a, 0))
+            assert v.ctypes.data == again and v.tolist() == list(range(24))
+    finally:
+        offload.omp_target_free(keep, 0)
+
+
 def test_device_array_column_major_and_strided(rt):
     a = np.asfortranarray(np.arange(20, dtype=np.int64).reshape(4, 5))
     with offload.target_data(offload.tofrom(a), device=0):
@@ -153,7 +175,7 @@ def test_stream_handed_out_runs_a_region(rt, add_one):
         assert isinstance(s.handle, int) and s.__cuda_stream__() == (0, s.handle)
         offload.target(add_one.add_one, a, 0, 10, map=[offload.tofrom(a)], device=0, stream=s)
         assert (a == 1).all()
-        with pytest.raises(OffloadError, match="stream= must be an offload.Stream of the"):
+        with pytest.raises(OffloadError, match="stream= must be an open offload.Stream of the"):
             offload.target(add_one.add_one, a, 0, 10, device=1, stream=s)
     assert offload.stream(offload.omp_get_initial_device()).handle == 0
 

@@ -120,3 +120,60 @@ def test_async_host_queues_run_the_mapping_paths(qrt, add_one):
         for _ in range(5):
             offload.target(add_one.add_one, a, 0, a.size, device=1)
     assert (a == np.arange(10_000) + 6).all() and len(hs) == 1
+
+
+# ---- Stream work with nowait: queued, ordered by events on the device (issue 14, item 2)
+def test_stream_pipeline_is_ordered_by_events_not_by_blocking(qrt, add_one):
+    """H2D, kernel and D2H on three queues linked by depend=: every call returns while
+    the first queue is still held at a gate (nothing waited on the host), and the result
+    comes out in order once it opens."""
+    a = np.arange(256, dtype=np.int32)
+    gate = threading.Event()
+    opened_late = []
+    q1, q2, q3 = offload.stream(0), offload.stream(0), offload.stream(0)
+    with offload.target_data(offload.alloc(a), device=0):
+        q1.launch_host_function(lambda: opened_late.append(not gate.wait(10)))
+        h1 = offload.target_update(to=[a], device=0, stream=q1, nowait=True)
+        h2 = offload.target(add_one.add_one, a, 0, a.size, device=0, stream=q2, nowait=True,
+                            depend=[h1])
+        h3 = offload.target_update(from_=[a], device=0, stream=q3, nowait=True, depend=[h2])
+        assert h1.event is not None and h3.event is not None
+        assert not h1.done() and not h2.done() and not h3.done()
+        gate.set()
+        h3.wait()
+        assert (a == np.arange(256) + 1).all()
+        assert opened_late == [False]                  # the gate opened: no caller blocked
+        h1.wait()
+        h2.wait()
+    for q in (q1, q2, q3):
+        q.close()
+
+
+def test_stream_work_keeps_its_mapping_until_it_completes(qrt):
+    a = np.ones(1024, dtype=np.float64)
+    gate = threading.Event()
+    with offload.target_data(offload.tofrom(a), device=0), offload.stream(0) as q:
+        table = offload.runtime.current().manager.get_device(0).table
+        entry = table.lookup(a.ctypes.data, a.nbytes)
+        q.launch_host_function(gate.wait, 5)
+        h = offload.target_update(from_=[a], device=0, stream=q, nowait=True)
+        assert entry.busy == 1                         # held by the queued copy
+        gate.set()
+        offload.taskwait()                             # the caller's Stream work too
+        assert h.done() and entry.busy == 0
+
+
+def test_stream_update_without_nowait_waits_and_bad_streams_are_refused(qrt):
+    a = np.zeros(8)
+    with offload.target_data(offload.tofrom(a), device=0), offload.stream(0) as q:
+        a[:] = 3
+        assert offload.target_update(to=[a], device=0, stream=q) is None
+        a[:] = 0
+        offload.target_update(from_=[a], device=0, stream=q)
+        assert (a == 3).all()
+        with pytest.raises(OffloadError, match="open offload.Stream of the construct's device"):
+            offload.target_update(to=[a], device=1, stream=q)
+        with pytest.raises(OffloadError, match="open offload.Stream"):
+            offload.target_update(to=[a], device=0, stream="stream")
+    with pytest.raises(OffloadError, match="open offload.Stream"):
+        offload.target_update(to=[a], device=0, stream=q)              # closed

@@ -50,6 +50,14 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size
                               CUstream hStream);
 CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                            CUcontext srcContext, size_t ByteCount, CUstream hStream);
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes; size_t srcY; int srcMemoryType; const void *srcHost;
+    CUdeviceptr srcDevice; void *srcArray; size_t srcPitch;
+    size_t dstXInBytes; size_t dstY; int dstMemoryType; void *dstHost;
+    CUdeviceptr dstDevice; void *dstArray; size_t dstPitch;
+    size_t WidthInBytes; size_t Height;
+} CUDA_MEMCPY2D;
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
@@ -115,6 +123,7 @@ CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
 CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
 CU_MEMORYTYPE_HOST = 1
+CU_MEMORYTYPE_DEVICE = 2
 ATTRIBUTES = {                                      # CU_DEVICE_ATTRIBUTE_*
     "multiprocessors": 16, "max threads per block": 1, "compute capability major": 75,
     "compute capability minor": 76, "unified addressing": 41, "async engines": 40,

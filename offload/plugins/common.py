@@ -124,6 +124,13 @@ class GenericDevice:
         queue and calls it."""
         return False
 
+    def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
+                      host_pitch: int, width: int, height: int, queue: Any) -> bool:
+        """Queue one 2-D copy of `height` rows of `width` bytes between host rows
+        `host_pitch` apart and device rows `tgt_pitch` apart; False when the device
+        cannot (nothing was copied: the generic layer copies row by row)."""
+        return False
+
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
         """Set `size` bytes at device address `tgt` to `value` on the device, queued on
         `queue`; False when the device cannot (the generic layer then copies a filled
@@ -519,13 +526,48 @@ class GenericPlugin(Generic[DeviceT]):
                             shape: tuple[int, ...], strides: tuple[int, ...],
                             itemsize: int) -> None:
         """Copy a strided block (numpy shape and byte strides from `host` on the host and
-        from `tgt` on the device, the same layout on both sides) one contiguous row at a
-        time on one queue; returns when done."""
-        rows, row, offsets = strided_rows(shape, strides, itemsize)
+        from `tgt` on the device, the same layout on both sides); returns when done.
+        Blocks of one or two strided dimensions go as 2-D copies where the device has
+        them (straight from pinned memory, else packed through staging buffers); the
+        rest one contiguous row at a time on one queue."""
         dev = self.device(d)
-        with dev.queue() as q:
-            for off in offsets:
-                self._transfer_on(dev, to_device, tgt + off, host + off, row, q)
+        if not self._strided_2d(dev, to_device, host, tgt, shape, strides, itemsize):
+            rows, row, offsets = strided_rows(shape, strides, itemsize)
+            with dev.queue() as q:
+                for off in offsets:
+                    self._transfer_on(dev, to_device, tgt + off, host + off, row, q)
+
+    def _strided_2d(self, dev: DeviceT, to_device: bool, host: int, tgt: int,
+                    shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+        """The block as 2-D copies (one per outer index of a 3-D block); False when it
+        is not one or the device has no 2-D copies."""
+        k, row = contiguous_tail(shape, strides, itemsize)
+        if not 1 <= k <= 2 or type(dev)._copy_2d_impl is GenericDevice._copy_2d_impl:
+            return False
+        pitch, height = strides[k - 1], shape[k - 1]
+        if pitch < row or any(s <= 0 for s in strides[:k]):
+            return False                             # overlapping or reversed rows
+        planes = [0] if k == 1 else [j * strides[0] for j in range(shape[0])]
+        hi = planes[-1] + (height - 1) * pitch + row
+        pieces = self.pinned.translate(host, hi, dev.id)
+        pinned = len(pieces) == 1 and pieces[0][2] is not None
+        nbytes = len(planes) * height * row
+        stage = self.staging_threshold
+        if not pinned and stage is not None and nbytes >= stage:
+            for p in planes:                         # packed on the host, moved 2-D
+                dev.staging.copy_rows(to_device, tgt + p, host + p, pitch, row, height)
+        else:
+            with dev.queue() as q:
+                for p in planes:
+                    if not dev._copy_2d_impl(to_device, tgt + p, pitch, host + p, pitch, row,
+                                             height, q):
+                        nbytes -= height * row       # refused (nothing copied): by rows,
+                        for r in range(height):      # counted by _transfer_on
+                            off = p + r * pitch
+                            self._transfer_on(dev, to_device, tgt + off, host + off, row, q)
+        key = ("to " if to_device else "from ") + ("pinned" if pinned else "unpinned")
+        dev.stats[key] += nbytes
+        return True
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:

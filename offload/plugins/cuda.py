@@ -195,6 +195,25 @@ class CUDADevice(GenericDevice):
             self._sync_impl(queue)
         return True
 
+    def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
+                      host_pitch: int, width: int, height: int, queue: Any) -> bool:
+        """cuMemcpy2DAsync; False where the driver refuses the layout (a pitch over its
+        limit, a range registered in part by another library)."""
+        c = _ffi.new("CUDA_MEMCPY2D *")
+        c.WidthInBytes, c.Height = width, height
+        if to_device:
+            c.srcMemoryType, c.srcHost, c.srcPitch = C.CU_MEMORYTYPE_HOST, _ptr(host), host_pitch
+            c.dstMemoryType, c.dstDevice, c.dstPitch = C.CU_MEMORYTYPE_DEVICE, tgt, tgt_pitch
+        else:
+            c.srcMemoryType, c.srcDevice, c.srcPitch = C.CU_MEMORYTYPE_DEVICE, tgt, tgt_pitch
+            c.dstMemoryType, c.dstHost, c.dstPitch = C.CU_MEMORYTYPE_HOST, _ptr(host), host_pitch
+        self.activate()
+        rc = self.plugin.drv.lib.cuMemcpy2DAsync_v2(c, queue)
+        if rc == C.CUDA_ERROR_INVALID_VALUE:
+            return False
+        self.plugin.drv.check(rc, f"cuMemcpy2DAsync({width} x {height})")
+        return True
+
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
         """A device-side fill (cuMemsetD8Async): no host round trip."""
         self.activate()

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
 import threading
 from typing import Any, Protocol
+
+import numpy as np
 
 from ._libc import memmove
 
@@ -21,6 +24,75 @@ class StagingHooks(Protocol):
                      pinned: int | None) -> None: ...
     def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
                        pinned: int | None) -> None: ...
+    def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
+                      host_pitch: int, width: int, height: int, queue: Any) -> bool: ...
+
+
+class _Flat:
+    """A contiguous copy cut into chunks of `chunk` bytes."""
+
+    def __init__(self, hooks: StagingHooks, tgt: int, host: int, size: int, chunk: int):
+        self.hooks, self.tgt, self.host, self.size, self.chunk = hooks, tgt, host, size, chunk
+        self.count = -(-size // chunk)
+
+    def _piece(self, c: int) -> tuple[int, int]:
+        off = c * self.chunk
+        return off, min(self.chunk, self.size - off)
+
+    def pack(self, c: int, buf: int) -> None:
+        off, n = self._piece(c)
+        memmove(buf, self.host + off, n)
+
+    def unpack(self, c: int, buf: int) -> None:
+        off, n = self._piece(c)
+        memmove(self.host + off, buf, n)
+
+    def dma(self, to_device: bool, c: int, buf: int, q: Any) -> None:
+        off, n = self._piece(c)
+        if to_device:
+            self.hooks._submit_impl(self.tgt + off, buf, n, q, buf)
+        else:
+            self.hooks._retrieve_impl(buf, self.tgt + off, n, q, buf)
+
+
+def _bytes_at(addr: int, shape: tuple[int, int], pitch: int) -> np.ndarray:
+    """The rows at `addr` (shape: rows, bytes per row) as a uint8 view, `pitch` apart."""
+    span = (shape[0] - 1) * pitch + shape[1]
+    raw = np.frombuffer(memoryview((ctypes.c_char * span).from_address(addr)).cast("B"),
+                        dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(raw, shape, (pitch, 1))
+
+
+class _Rows:
+    """`height` rows of `width` bytes, `pitch` apart on both sides, cut into chunks of
+    whole rows: packed compactly into a buffer, moved by one 2-D copy each."""
+
+    def __init__(self, hooks: StagingHooks, tgt: int, host: int, pitch: int, width: int,
+                 height: int, chunk: int):
+        self.hooks, self.tgt, self.host = hooks, tgt, host
+        self.pitch, self.width, self.height = pitch, width, height
+        self.per = max(1, chunk // width)
+        self.count = -(-height // self.per)
+
+    def _rows(self, c: int) -> tuple[int, int]:
+        r0 = c * self.per
+        return r0, min(self.per, self.height - r0)
+
+    def pack(self, c: int, buf: int) -> None:
+        r0, n = self._rows(c)
+        np.copyto(_bytes_at(buf, (n, self.width), self.width),
+                  _bytes_at(self.host + r0 * self.pitch, (n, self.width), self.pitch))
+
+    def unpack(self, c: int, buf: int) -> None:
+        r0, n = self._rows(c)
+        np.copyto(_bytes_at(self.host + r0 * self.pitch, (n, self.width), self.pitch),
+                  _bytes_at(buf, (n, self.width), self.width))
+
+    def dma(self, to_device: bool, c: int, buf: int, q: Any) -> None:
+        r0, n = self._rows(c)
+        if not self.hooks._copy_2d_impl(to_device, self.tgt + r0 * self.pitch, self.pitch,
+                                        buf, self.width, self.width, n, q):
+            raise RuntimeError("a device with staging must copy 2-D blocks")
 
 
 class Staging:
@@ -61,13 +133,22 @@ class Staging:
                 self._hooks._free_staging_impl(addr, q)
 
     def copy(self, to_device: bool, tgt: int, host: int, size: int) -> None:
-        """Copy [host, host+size) to or from tgt: several workers, each with two buffers,
-        overlap the host memcpy of one chunk with the DMA of another. On any exception
-        (Ctrl-C included) the workers stop at their next chunk and are waited for, and
-        every lane's queue drained, before this returns or raises: nothing writes into
-        the caller's memory after that."""
-        hooks, chunk = self._hooks, self.chunk
-        nchunks = -(-size // chunk)
+        """Copy [host, host+size) to or from tgt (see `_run`)."""
+        self._run(to_device, _Flat(self._hooks, tgt, host, size, self.chunk))
+
+    def copy_rows(self, to_device: bool, tgt: int, host: int, pitch: int, width: int,
+                  height: int) -> None:
+        """Copy `height` rows of `width` bytes, `pitch` apart at `host` and at `tgt`:
+        rows packed into the buffers on the host, one 2-D DMA per buffer."""
+        self._run(to_device, _Rows(self._hooks, tgt, host, pitch, width, height, self.chunk))
+
+    def _run(self, to_device: bool, plan: _Flat | _Rows) -> None:
+        """Several workers, each with two buffers, overlap the host side of one chunk
+        with the DMA of another. On any exception (Ctrl-C included) the workers stop at
+        their next chunk and are waited for, and every lane's queue drained, before this
+        returns or raises: nothing writes into the caller's memory after that."""
+        hooks = self._hooks
+        nchunks = plan.count
         workers = max(1, min(self.lanes // 2, nchunks, (os.cpu_count() or 2) - 1))
         todo = iter(range(nchunks))            # shared: next() is atomic under the GIL
         cancel = threading.Event()
@@ -75,31 +156,29 @@ class Staging:
 
         def work(w: int) -> None:
             lanes = all_lanes[2 * w:2 * w + 2]
-            pending: list[tuple[int, int] | None] = [None, None]
+            pending: list[int | None] = [None, None]
             for j, c in enumerate(todo):
                 if cancel.is_set():
                     break
                 buf, q = lanes[j % 2]
-                off = c * chunk
-                n = min(chunk, size - off)
                 if to_device:
                     hooks._sync_impl(q)                 # the lane's last DMA is done
-                    memmove(buf, host + off, n)
-                    hooks._submit_impl(tgt + off, buf, n, q, buf)
+                    plan.pack(c, buf)
+                    plan.dma(True, c, buf, q)
                 else:
-                    hooks._retrieve_impl(buf, tgt + off, n, q, buf)
+                    plan.dma(False, c, buf, q)
                     k = (j + 1) % 2
                     other = pending[k]
                     if other is not None:              # drain the other lane meanwhile
                         hooks._sync_impl(lanes[k][1])
-                        memmove(host + other[0], lanes[k][0], other[1])
+                        plan.unpack(other, lanes[k][0])
                         pending[k] = None
-                    pending[j % 2] = (off, n)
+                    pending[j % 2] = c
             for k in (0, 1):
                 hooks._sync_impl(lanes[k][1])
                 last = pending[k]
                 if last is not None and not cancel.is_set():
-                    memmove(host + last[0], lanes[k][0], last[1])
+                    plan.unpack(last, lanes[k][0])
 
         futures: list[concurrent.futures.Future] = []
         try:

@@ -100,3 +100,50 @@ class ForeignErrorPlugin(HostPlugin):
 
     name = "foreignerror"
     device_class = ForeignErrorDevice
+
+
+def _rows_at(addr, pitch, width, height):
+    import ctypes
+
+    import numpy as np
+    raw = np.frombuffer((ctypes.c_char * ((height - 1) * pitch + width)).from_address(addr),
+                        dtype=np.uint8)
+    return np.lib.stride_tricks.as_strided(raw, (height, width), (pitch, 1))
+
+
+class PitchedDevice(RecordingDevice):
+    """A device with 2-D copies (as cuMemcpy2DAsync) and staging buffers, on host memory."""
+
+    def _copy_2d_impl(self, to_device, tgt, tgt_pitch, host, host_pitch, width, height,
+                      queue):
+        self.plugin.record("copy2d", to_device, host, host_pitch, width, height)
+        if self.plugin.refuse_2d:
+            self.plugin.refuse_2d -= 1
+            return False
+        dst, src = (tgt, host) if to_device else (host, tgt)
+        dp, sp = (tgt_pitch, host_pitch) if to_device else (host_pitch, tgt_pitch)
+        _rows_at(dst, dp, width, height)[...] = _rows_at(src, sp, width, height)
+        return True
+
+    def _alloc_staging_impl(self, size):
+        addr = super()._alloc_impl(size, None)
+        self.plugin.record("staging buffer", addr, size)
+        return addr, None
+
+    def _free_staging_impl(self, addr, queue):
+        from offload.plugins import host
+        host._libc.free(host._ffi.cast("void *", addr))
+
+
+class PitchedPlugin(RecordingPlugin):
+    """The recording double with 2-D copies; unpinned blocks of 256 KiB and more go
+    through staging buffers of 64 KiB."""
+
+    name = "pitched"
+    device_class = PitchedDevice
+    staging_threshold = 256 << 10
+    staging_chunk = 64 << 10
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.refuse_2d = 0             # this many next 2-D copies are refused
