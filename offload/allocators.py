@@ -38,7 +38,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 @operation
 def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
-          kind: str = "host") -> Any:
+          kind: str = "host", pinned: bool | None = None) -> Any:
     """An uninitialised array in memory `device` reaches.
 
     Args:
@@ -50,7 +50,13 @@ def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
             llvm_omp_target_alloc_host), "shared" (managed memory both sides use,
             llvm_omp_target_alloc_shared): a numpy array; "device" (device memory,
             llvm_omp_target_alloc_device): a DeviceArray with `.ptr`, `.nbytes` and the
-            `device_array` protocols.
+            `device_array` protocols; "default" (ordinary host memory, as the default
+            memory space): a numpy array.
+        pinned: OpenMP's omp_atk_pinned trait, honoured (LLVM ignores its value): with
+            kind="default", True page-locks the array for `device` (as
+            llvm_omp_target_lock_mem) until its last view dies, so copies of it take
+            the pinned path. "host" memory is pinned by nature (False is refused);
+            "shared" and "device" memory cannot be (True is refused).
 
     Returns:
         A numpy array or a DeviceArray; its memory is freed through the matching call
@@ -60,9 +66,19 @@ def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
         OffloadError: INVALID_VALUE for a bad kind, shape or dtype, or kind="device" on
             the initial device; OUT_OF_RESOURCES when the device is full.
     """
-    if kind not in _KINDS:
+    if kind not in _KINDS and kind != "default":
         raise OffloadError(ErrorCode.INVALID_VALUE,
-                           f"empty: kind {kind!r}; expected 'host', 'shared' or 'device'")
+                           f"empty: kind {kind!r}; expected 'host', 'shared', 'device' or "
+                           f"'default'")
+    if pinned is not None and not isinstance(pinned, bool):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"empty: pinned={pinned!r}; expected True, False or None")
+    if (kind == "host" and pinned is False) or (kind in ("shared", "device") and pinned):
+        always = "always" if kind == "host" else "never"
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"empty: kind={kind!r} memory is {always} pinned, so "
+                           f"pinned={pinned} cannot be honoured; use "
+                           f"kind='default' with pinned=True or False")
     dims = _shape(shape)
     try:
         dt = np.dtype(dtype)
@@ -78,7 +94,13 @@ def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                "empty: the initial device has no device memory; use "
                                "kind='host' or a device number")
+        if pinned and kind == "default":
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               "empty: pinned=True needs a device to pin for; the initial "
+                               "device has none")
         return np.empty(dims, dt)
+    if kind == "default":
+        return _default(rt, dev, dims, dt, bool(pinned))
     count = math.prod(dims)
     nbytes = max(count * dt.itemsize, 1)
     addr = dev.alloc(nbytes, _KINDS[kind])
@@ -90,6 +112,33 @@ def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
     buf = (ctypes.c_char * nbytes).from_address(addr)
     weakref.finalize(buf, _free, rt, dev, addr, _KINDS[kind])
     return np.frombuffer(buf, dtype=dt, count=count).reshape(dims)  # views keep buf alive
+
+
+_PAGE = 4096
+
+
+def _default(rt: Runtime, dev: Device, dims: tuple[int, ...], dt: np.dtype,
+             pinned: bool) -> np.ndarray:
+    """Ordinary host memory, page-aligned; pinned for `dev` while it lives if asked."""
+    count = math.prod(dims)
+    nbytes = count * dt.itemsize
+    raw = np.empty(nbytes + _PAGE, np.uint8)
+    start = -raw.ctypes.data % _PAGE
+    out = raw[start:start + nbytes].view(dt).reshape(dims)   # views keep raw alive
+    if pinned and nbytes:
+        addr = raw.ctypes.data + start
+        dev.lock(addr, nbytes)
+        weakref.finalize(raw, _unpin, rt, dev, addr)
+    return out
+
+
+def _unpin(rt: Runtime, dev: Device, addr: int) -> None:
+    if rt.is_shut or rt.closing:
+        return
+    try:
+        operation(dev.unlock)(addr)
+    except OffloadError:
+        pass                 # shut down meanwhile: the pin went with the runtime
 
 
 def _free(rt: Runtime, dev: Device, addr: int, kind: AllocKind) -> None:

@@ -44,14 +44,15 @@ _DTYPE_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _READ_ONLY = 1                                     # DLPACK_FLAG_BITMASK_READ_ONLY
 _VERSIONED, _LEGACY = b"dltensor_versioned", b"dltensor"
 
-_api = ctypes.pythonapi
+# prototypes of our own: ctypes.pythonapi's function objects are shared process-wide
+# (another module setting their argtypes would change ours)
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                                 _DESTRUCTOR)(("PyCapsule_New", ctypes.pythonapi))
+_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_GetName", ctypes.pythonapi))
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
 _get_pointer_obj = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 _is_valid_obj = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
@@ -67,26 +68,34 @@ def _release(address: int) -> None:
         _alive.pop(address, None)
 
 
+_T_VERSIONED = _ffi.typeof("DLManagedTensorVersioned *")
+_T_LEGACY = _ffi.typeof("DLManagedTensor *")
+_T_UINTPTR = _ffi.typeof("uintptr_t")
+_cast = _ffi._backend.cast          # cffi's cast without the type-name lookup
+
+
 @_ffi.callback("void(DLManagedTensorVersioned *)")
 def _delete_versioned(self: Any) -> None:
-    _release(int(_ffi.cast("uintptr_t", self)))
+    _release(int(_cast(_T_UINTPTR, self)))
 
 
 @_ffi.callback("void(DLManagedTensor *)")
 def _delete_legacy(self: Any) -> None:
-    _release(int(_ffi.cast("uintptr_t", self)))
+    _release(int(_cast(_T_UINTPTR, self)))
+
+
+_UNCONSUMED = {_VERSIONED: _T_VERSIONED, _LEGACY: _T_LEGACY}
 
 
 def _capsule_destructor(capsule: int) -> None:
-    """A capsule nobody consumed: call its tensor's deleter (the DLPack rule)."""
-    for name, ctype in ((_VERSIONED, "DLManagedTensorVersioned *"),
-                        (_LEGACY, "DLManagedTensor *")):
-        if _api.PyCapsule_IsValid(capsule, name):
-            ptr = _api.PyCapsule_GetPointer(capsule, name)
-            managed = _ffi.cast(ctype, ptr)
-            if managed.deleter != _ffi.NULL:
-                managed.deleter(managed)
-            return
+    """A capsule nobody consumed: call its tensor's deleter (the DLPack rule). A
+    consumer renames what it takes ("used_dltensor..."): nothing to do then."""
+    name = _get_name(capsule)
+    ctype = _UNCONSUMED.get(name)
+    if ctype is not None:
+        managed = _cast(ctype, _get_pointer(capsule, name))
+        if managed.deleter != _ffi.NULL:
+            managed.deleter(managed)
 
 
 _DESTROY = _DESTRUCTOR(_capsule_destructor)
@@ -98,11 +107,6 @@ def _dl_dtype(dtype: np.dtype) -> tuple[int, int, int]:
         raise OffloadError(ErrorCode.UNSUPPORTED,
                            f"DLPack has no type for numpy dtype {dtype}")
     return code, dtype.itemsize * 8, 1
-
-
-_T_VERSIONED = _ffi.typeof("DLManagedTensorVersioned *")
-_T_LEGACY = _ffi.typeof("DLManagedTensor *")
-_T_UINTPTR = _ffi.typeof("uintptr_t")
 
 
 class Layout:
@@ -136,10 +140,10 @@ def capsule(layout: Layout, read_only: bool, owner: Any, versioned: bool) -> Any
         managed = _ffi.new(_T_LEGACY)
         managed.deleter = _delete_legacy
     managed.dl_tensor = layout.tensor[0]
-    address = int(_ffi.cast(_T_UINTPTR, managed))
+    address = int(_cast(_T_UINTPTR, managed))
     with _alive_lock:
         _alive[address] = (managed, layout, owner)
-    return _api.PyCapsule_New(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
+    return _capsule_new(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
 
 
 def make_capsule(data: int, device: tuple[int, int], shape: tuple[int, ...],

@@ -47,7 +47,10 @@ class PinnedEntry:
         self.dev: dict[int, int] = {}       # device -> device-accessible address of host
         self.floor: dict[int, int] = {}     # references an allocation holds (alloc_host)
         self.ours: set[int] = set()         # devices for which we called driver.pin
-        self.owners: list[Any] = []         # kept alive while the entry exists
+        # (device, kind, object) kept alive by a reference that named it, let go by the
+        # release of a reference of the same device and kind (map/unmap cycles do not
+        # pile up, and memory is not kept alive after its last named reference goes)
+        self.owners: list[tuple[int, Kind, Any]] = []
         self.pending: threading.Event | None = None
         self.read_only = read_only
 
@@ -138,7 +141,7 @@ class PinnedMap:
                         if c is not None:                       # fast path
                             e.count[device] = c + 1
                             if owner is not None:
-                                e.owners.append(owner)
+                                e.owners.append((device, kind, owner))
                             return e.dev[device] + (p - e.host)
                         e.pending = threading.Event()           # first use by this device
                         new = False
@@ -160,10 +163,10 @@ class PinnedMap:
                     new = True
                     break
             wait.wait()
-        return self._pin_pending(driver, e, new, p, n, device, owner)
+        return self._pin_pending(driver, e, new, p, n, device, owner, kind)
 
     def _pin_pending(self, driver: PinDriver, e: PinnedEntry, new: bool,
-                     p: int, n: int, device: int, owner: Any) -> int:
+                     p: int, n: int, device: int, owner: Any, kind: Kind) -> int:
         """Do the driver call for a pending entry, outside the lock."""
         try:
             ext = driver.query(p, n) if new else None
@@ -186,7 +189,7 @@ class PinnedMap:
             e.dev[device] = addr
             e.count[device] = 1
             if owner is not None:
-                e.owners.append(owner)
+                e.owners.append((device, kind, owner))
             self._settle(e)
         return addr + (p - e.host)
 
@@ -209,8 +212,9 @@ class PinnedMap:
         return addr + (p - base)
 
     def release(self, driver: PinDriver, p: int, device: int, *,
-                what: str = "locked buffer") -> None:
-        """Drop one reference that `device` holds on the entry containing p."""
+                what: str = "locked buffer", kind: Kind = Kind.USER) -> None:
+        """Drop one reference that `device` holds on the entry containing p (taken with
+        `kind`: its owner, if it named one, is let go)."""
         while True:
             with self._lock:
                 ov = self._overlapping(p, p + 1)
@@ -230,6 +234,7 @@ class PinnedMap:
                             f"llvm_omp_target_free_host")
                     if c > 1:
                         e.count[device] = c - 1
+                        self._drop_owner(e, device, kind)
                         return
                     if device not in e.ours:            # external, or alloc_host's own
                         self._drop_device(e, device, len(e.count) == 1)
@@ -251,9 +256,18 @@ class PinnedMap:
             self._drop_device(e, device, len(e.count) == 1)
             self._settle(e)
 
+    @staticmethod
+    def _drop_owner(e: PinnedEntry, device: int, kind: Kind) -> None:
+        """Let go of the newest owner a reference of `device` and `kind` named."""
+        for i in range(len(e.owners) - 1, -1, -1):
+            if e.owners[i][0] == device and e.owners[i][1] is kind:
+                del e.owners[i]
+                return
+
     def _drop_device(self, e: PinnedEntry, device: int, last: bool) -> None:
         del e.count[device]
         e.dev.pop(device, None)
+        e.owners[:] = [o for o in e.owners if o[0] != device]
         if last:
             self._remove(e)
             e.owners.clear()

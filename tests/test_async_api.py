@@ -371,6 +371,38 @@ def test_empty_device_is_a_device_array(dev):
     assert state()["devices"][dev]["allocations"] == before - 1
 
 
+def test_empty_pinned_trait_is_honoured(recording, runtime):
+    """omp_atk_pinned: kind="default" memory is page-locked for the device while it lives
+    (LLVM ignores the trait's value), copies of it take the pinned path, and the pin goes
+    when the last view dies; contradictory requests are refused."""
+    import gc
+    a = offload.empty((256, 64), np.float64, device=0, kind="default", pinned=True)
+    assert a.ctypes.data % 4096 == 0 and a.shape == (256, 64)
+    locks = recording.of("lock")
+    assert locks and locks[-1][2:4] == (a.ctypes.data, a.nbytes)
+    a[:] = 1.5
+    with offload.target_data(offload.tofrom(a), device=0):
+        pass
+    assert [c for c in recording.of("submit") if c[1] == a.ctypes.data][-1][3] is True
+    b = offload.empty(64, np.int32, device=0, kind="default", pinned=False)
+    assert len(recording.of("lock")) == len(locks)                # not pinned
+    view = a[10:]
+    del a
+    gc.collect()
+    assert not recording.of("unlock")                             # a view keeps it
+    del view
+    gc.collect()
+    assert len(recording.of("unlock")) == 1
+    del b
+    for kwargs, msg in (({"kind": "host", "pinned": False}, "always pinned"),
+                        ({"kind": "device", "pinned": True}, "never pinned"),
+                        ({"kind": "default", "pinned": "yes"}, "expected True, False"),
+                        ({"kind": "default", "pinned": True,
+                          "device": offload.omp_get_initial_device()}, "needs a device")):
+        with pytest.raises(OffloadError, match=msg):
+            offload.empty(4, **kwargs)
+
+
 def test_empty_on_the_initial_device_and_bad_input(dev):
     init = offload.omp_get_initial_device()
     a = offload.empty((2, 2), device=init)

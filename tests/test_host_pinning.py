@@ -430,3 +430,26 @@ def test_stress_16_threads(rt):
     assert unexpected == []
     assert len(dev0.plugin.pinned) == 0
     assert vmlck_kb() == base
+
+
+def test_map_unmap_cycles_of_a_locked_array_keep_nothing_extra(runtime):
+    """Each mapping of a locked array takes a reference on its pin naming the array; the
+    unmap lets that go again (no list growing with every region), and an array whose
+    only named reference is gone is not kept alive by the pin."""
+    import gc
+    import weakref
+    runtime(OFFLOAD_PLUGINS="host")
+    a = np.zeros(4096, dtype=np.uint8)
+    assert offload.llvm_omp_target_lock_mem(a.ctypes.data, a.nbytes, 0)   # no owner named
+    entry = offload.runtime.current().manager.plugins[0].pinned._overlapping(
+        a.ctypes.data, a.ctypes.data + 1)[0]
+    for _ in range(100):
+        with offload.target_data(offload.tofrom(a[10:20]), device=0):
+            assert len(entry.owners) == 1
+    assert entry.owners == []
+    w = weakref.ref(a)
+    p = a.ctypes.data
+    del a
+    gc.collect()
+    assert w() is None                      # the pin (by address) does not keep it
+    offload.llvm_omp_target_unlock_mem(p, 0)

@@ -602,7 +602,7 @@ class GenericPlugin(Generic[DeviceT]):
             return None
 
     def data_notify_unmapped(self, d: int, host: int) -> None:
-        self.pinned.release(self, host, d, what="mapped pinned buffer")
+        self.pinned.release(self, host, d, what="mapped pinned buffer", kind=Kind.MAPPED)
 
     def launch_kernel(self, d: int, binary: Binary, name: str, args: Sequence[Any],
                       teams: int | None = None, threads: int | None = None,
