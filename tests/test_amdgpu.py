@@ -136,7 +136,7 @@ def test_declarations_match_hsa_headers(tmp_path):
         open(os.path.join(HSA_INCLUDE, "hsa_ext_amd.h")).read()
     elf_text = open(os.path.join(HSA_INCLUDE, "amd_hsa_elf.h")).read()
     consts = {n: getattr(mod, n) for mod in (hsa, targets) for n in dir(mod)
-              if re.match(r"(HSA|EF_AMDGPU)_[A-Z0-9_]+$", n)}
+              if re.match(r"((HSA|EF_AMDGPU)_[A-Z0-9_]+|hsa(Host|Device)To(Host|Device))$", n)}
     machines = {f"EF_AMDGPU_MACH_AMDGCN_{p.upper()}": v for v, p in targets.MACHINES.items()
                 if re.search(rf"\bEF_AMDGPU_MACH_AMDGCN_{p.upper()}\b", elf_text)}
     fields = {
@@ -147,6 +147,8 @@ def test_declarations_match_hsa_headers(tmp_path):
                                          "completion_signal"],
         "hsa_amd_pointer_info_t": ["size", "type", "agentBaseAddress", "hostBaseAddress",
                                    "sizeInBytes", "userData", "agentOwner", "global_flags"],
+        "hsa_pitched_ptr_t": ["base", "pitch", "slice"],
+        "hsa_dim3_t": ["x", "y", "z"],
     }
     lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <hsa/hsa.h>",
              "#include <hsa/hsa_ext_amd.h>", "#include <hsa/amd_hsa_elf.h>",
@@ -766,3 +768,54 @@ def test_events_and_queue_waits_on_hsa(amd, sim):
     assert empty.record().query()                      # nothing queued: complete at once
     empty.close()
     offload.omp_target_free(d, 0)
+
+
+# ---- strided updates as SDMA rect copies (issue 14: hsa_amd_memory_async_copy_rect) ----
+@pytest.mark.parametrize("lock", [False, True])
+def test_strided_update_is_one_rect_copy(amd, sim, lock):
+    """A column block of a locked array is one hsa_amd_memory_async_copy_rect from the
+    agent address; an unpinned one over the staging threshold is packed into staging
+    buffers and moved by rect copies; the data lands exactly, both ways, no fault."""
+    sim.hsa_sim_rect_copies.restype = ctypes.c_long
+    a = np.arange(256 * 1024, dtype=np.float32).reshape(256, 1024)      # 1 MiB, rows 4 KiB
+    orig = a.copy()
+    if lock:
+        offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    faults = sim.hsa_sim_faults()
+    with offload.target_data(offload.to(a), device=0):
+        before = sim.hsa_sim_rect_copies()
+        a[:] = -1
+        offload.target_update(from_=[a[:, 256:768]], device=0)
+        rects = sim.hsa_sim_rect_copies() - before
+        assert rects == 1 if lock else rects >= 1
+        want = np.full_like(a, -1)
+        want[:, 256:768] = orig[:, 256:768]
+        assert (a == want).all()
+        a[:, 0:128] = 5
+        offload.target_update(to=[a[:, 0:128]], device=0)
+        a[:] = 0
+        offload.target_update(from_=[a], device=0)
+        want[:, 0:128] = 5
+        want[:, 128:256] = orig[:, 128:256]
+        want[:, 768:] = orig[:, 768:]
+        assert (a == want).all()
+    assert sim.hsa_sim_faults() == faults
+    if lock:
+        offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_strided_update_unaligned_falls_back_to_rows(amd, sim):
+    """ROCr's rect copies need 4-byte alignment: an odd byte column goes row by row."""
+    sim.hsa_sim_rect_copies.restype = ctypes.c_long
+    a = np.arange(64 * 64, dtype=np.uint8).reshape(64, 64)
+    orig = a.copy()
+    offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    with offload.target_data(offload.to(a), device=0):
+        before = sim.hsa_sim_rect_copies()
+        a[:] = 0
+        offload.target_update(from_=[a[:, 3:10]], device=0)
+        assert sim.hsa_sim_rect_copies() == before
+        want = np.zeros_like(a)
+        want[:, 3:10] = orig[:, 3:10]
+        assert (a == want).all()
+    offload.llvm_omp_target_unlock_mem(a, 0)

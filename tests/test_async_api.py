@@ -253,7 +253,7 @@ def test_strided_update_one_2d_copy_per_block(runtime, lock):
         before = len(plugin.calls)
         offload.target_update(from_=[a[:, 256:768]], device=0)
         calls = plugin.calls[before:]
-        assert [c for c in calls if c[0] in ("copy2d", "retrieve")] ==             [("copy2d", False, a.ctypes.data + 1024, 4096, 2048, 64)]
+        assert [c for c in calls if c[0] in ("copy2d", "retrieve")] ==             [("copy2d", False, a.ctypes.data + 1024, 4096, 2048, 64, lock)]
         want = np.full_like(a, -1)
         want[:, 256:768] = orig[:, 256:768]
         assert (a == want).all()

@@ -103,6 +103,16 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
                                        uint32_t num_dep_signals,
                                        const hsa_signal_t *dep_signals,
                                        hsa_signal_t completion_signal);
+typedef struct hsa_pitched_ptr_s { void *base; size_t pitch; size_t slice; } hsa_pitched_ptr_t;
+typedef struct hsa_dim3_s { uint32_t x; uint32_t y; uint32_t z; } hsa_dim3_t;
+hsa_status_t hsa_amd_memory_async_copy_rect(const hsa_pitched_ptr_t *dst,
+                                            const hsa_dim3_t *dst_offset,
+                                            const hsa_pitched_ptr_t *src,
+                                            const hsa_dim3_t *src_offset,
+                                            const hsa_dim3_t *range, hsa_agent_t copy_agent,
+                                            int dir, uint32_t num_dep_signals,
+                                            const hsa_signal_t *dep_signals,
+                                            hsa_signal_t completion_signal);
 hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents,
                                  int num_agent, void **agent_ptr);
 hsa_status_t hsa_amd_memory_unlock(void *host_ptr);
@@ -136,6 +146,7 @@ uint64_t hsa_queue_load_read_index_scacquire(const hsa_queue_t *queue);
 HSA_STATUS_SUCCESS = 0x0
 HSA_STATUS_INFO_BREAK = 0x1
 HSA_STATUS_ERROR_INVALID_ARGUMENT = 0x1001
+hsaHostToDevice, hsaDeviceToHost = 1, 2              # hsa_amd_copy_direction_t
 HSA_STATUS_ERROR_OUT_OF_RESOURCES = 0x1008
 HSA_STATUS_ERROR_INVALID_PACKET_FORMAT = 0x1009
 HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS = 0x100D

@@ -9,7 +9,7 @@ Bindings and the signal/kernarg pools are in _hsa_runtime.py; semantics in commo
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +127,17 @@ class AMDGPUDevice(GenericDevice):
 
     def _copy(self, dst: int, dst_agent: Any, src: int, src_agent: Any, size: int,
               queue: _Queue | None) -> None:
+        lib = self.plugin.hsa.lib
+        self._enqueue_copy(
+            queue, f"hsa_amd_memory_async_copy({size} bytes)",
+            lambda n, deps, sig: lib.hsa_amd_memory_async_copy(
+                _ffi.cast("void *", dst), dst_agent, _ffi.cast("void *", src), src_agent, size,
+                n, deps, sig))
+
+    def _enqueue_copy(self, queue: _Queue | None, what: str,
+                      submit: Callable[[int, Any, Any], int]) -> None:
+        """Start a copy on `queue` (after its last pending signal), with a completion
+        signal of its own; without a queue, wait for it."""
         own = queue is None
         q: _Queue = self.get_queue() if queue is None else queue
         try:
@@ -134,12 +145,10 @@ class AMDGPUDevice(GenericDevice):
             sig = plugin.signals.get()
             dep = self._pending(q)
             deps = _ffi.new("hsa_signal_t[]", [dep]) if dep is not None else _ffi.NULL
-            status = hsa.lib.hsa_amd_memory_async_copy(
-                _ffi.cast("void *", dst), dst_agent, _ffi.cast("void *", src), src_agent, size,
-                1 if dep is not None else 0, deps, sig)
+            status = submit(1 if dep is not None else 0, deps, sig)
             if status != H.HSA_STATUS_SUCCESS:
                 plugin.signals.put(sig)
-                hsa.check(status, f"hsa_amd_memory_async_copy({size} bytes)")
+                hsa.check(status, what)
             q.last = sig
             q.signals.append(sig)
             if own:
@@ -147,6 +156,28 @@ class AMDGPUDevice(GenericDevice):
         finally:
             if own:
                 self.release_queue(q)
+
+    def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
+                      host_pitch: int, width: int, height: int, queue: Any,
+                      pinned: int | None = None) -> bool:
+        """hsa_amd_memory_async_copy_rect (SDMA) between the GPU and locked host memory
+        named by its agent address; False where ROCr's rules do not hold (unpinned,
+        an element not 4-byte aligned, over 2**32 - 1 bytes or rows)."""
+        if pinned is None or (tgt | tgt_pitch | pinned | host_pitch | width) % 4 \
+                or max(width, height) >= 1 << 32:
+            return False
+        d = _ffi.new("hsa_pitched_ptr_t *", [_ffi.cast("void *", tgt), tgt_pitch, 0])
+        h = _ffi.new("hsa_pitched_ptr_t *", [_ffi.cast("void *", pinned), host_pitch, 0])
+        zero = _ffi.new("hsa_dim3_t *", [0, 0, 0])
+        box = _ffi.new("hsa_dim3_t *", [width, height, 1])
+        dst, src = (d, h) if to_device else (h, d)
+        direction = H.hsaHostToDevice if to_device else H.hsaDeviceToHost
+        lib = self.plugin.hsa.lib
+        self._enqueue_copy(
+            queue, f"hsa_amd_memory_async_copy_rect({width} x {height})",
+            lambda n, deps, sig: lib.hsa_amd_memory_async_copy_rect(
+                dst, zero, src, zero, box, self.agent, direction, n, deps, sig))
+        return True
 
     def _pending(self, q: _Queue) -> Any:
         """The queue's last signal if it is still pending (what the next op waits for)."""

@@ -125,10 +125,12 @@ class GenericDevice:
         return False
 
     def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
-                      host_pitch: int, width: int, height: int, queue: Any) -> bool:
+                      host_pitch: int, width: int, height: int, queue: Any,
+                      pinned: int | None = None) -> bool:
         """Queue one 2-D copy of `height` rows of `width` bytes between host rows
-        `host_pitch` apart and device rows `tgt_pitch` apart; False when the device
-        cannot (nothing was copied: the generic layer copies row by row)."""
+        `host_pitch` apart and device rows `tgt_pitch` apart (`pinned`: the device-
+        accessible address of `host` where it is pinned); False when the device cannot
+        (nothing was copied: the generic layer copies row by row)."""
         return False
 
     def _fill_impl(self, tgt: int, value: int, size: int, queue: Any) -> bool:
@@ -550,7 +552,8 @@ class GenericPlugin(Generic[DeviceT]):
         planes = [0] if k == 1 else [j * strides[0] for j in range(shape[0])]
         hi = planes[-1] + (height - 1) * pitch + row
         pieces = self.pinned.translate(host, hi, dev.id)
-        pinned = len(pieces) == 1 and pieces[0][2] is not None
+        via = pieces[0][2] if len(pieces) == 1 else None
+        pinned = via is not None
         nbytes = len(planes) * height * row
         stage = self.staging_threshold
         if not pinned and stage is not None and nbytes >= stage:
@@ -560,7 +563,7 @@ class GenericPlugin(Generic[DeviceT]):
             with dev.queue() as q:
                 for p in planes:
                     if not dev._copy_2d_impl(to_device, tgt + p, pitch, host + p, pitch, row,
-                                             height, q):
+                                             height, q, None if via is None else via + p):
                         nbytes -= height * row       # refused (nothing copied): by rows,
                         for r in range(height):      # counted by _transfer_on
                             off = p + r * pitch

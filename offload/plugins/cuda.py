@@ -196,9 +196,11 @@ class CUDADevice(GenericDevice):
         return True
 
     def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
-                      host_pitch: int, width: int, height: int, queue: Any) -> bool:
-        """cuMemcpy2DAsync; False where the driver refuses the layout (a pitch over its
-        limit, a range registered in part by another library)."""
+                      host_pitch: int, width: int, height: int, queue: Any,
+                      pinned: int | None = None) -> bool:
+        """cuMemcpy2DAsync (unified addressing: `host` itself, pinned or not); False
+        where the driver refuses the layout (a pitch over its limit, a range another
+        library registered in part)."""
         c = _ffi.new("CUDA_MEMCPY2D *")
         c.WidthInBytes, c.Height = width, height
         if to_device:

@@ -25,7 +25,8 @@ class StagingHooks(Protocol):
     def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
                        pinned: int | None) -> None: ...
     def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
-                      host_pitch: int, width: int, height: int, queue: Any) -> bool: ...
+                      host_pitch: int, width: int, height: int, queue: Any,
+                      pinned: int | None = None) -> bool: ...
 
 
 class _Flat:
@@ -91,7 +92,7 @@ class _Rows:
     def dma(self, to_device: bool, c: int, buf: int, q: Any) -> None:
         r0, n = self._rows(c)
         if not self.hooks._copy_2d_impl(to_device, self.tgt + r0 * self.pitch, self.pitch,
-                                        buf, self.width, self.width, n, q):
+                                        buf, self.width, self.width, n, q, buf):
             raise RuntimeError("a device with staging must copy 2-D blocks")
 
 

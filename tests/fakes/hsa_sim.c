@@ -23,7 +23,7 @@
  *
  * Test hooks: hsa_sim_register_kernel, hsa_sim_fail, hsa_sim_calls, hsa_sim_lock_count,
  * hsa_sim_last_copy_deps, hsa_sim_faults, hsa_sim_fail_copies, hsa_sim_fail_dispatch,
- * hsa_sim_set_dynamic_stack, hsa_sim_allow_count.
+ * hsa_sim_set_dynamic_stack, hsa_sim_allow_count, hsa_sim_rect_copies.
  */
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
@@ -555,20 +555,27 @@ hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t sig, hsa_signal_condit
 static uint32_t last_copy_deps;
 uint32_t hsa_sim_last_copy_deps(void) { return last_copy_deps; }
 
+/* n bytes, or (rect copies) rows of n bytes dpitch / spitch apart */
 typedef struct { void *dst; const void *src; size_t n; int exec; uint32_t ndeps;
-                 hsa_signal_t deps[8]; hsa_signal_t done; int fail; } copy_job;
+                 hsa_signal_t deps[8]; hsa_signal_t done; int fail;
+                 size_t rows, dpitch, spitch; } copy_job;
 
 static void *copy_thread(void *arg) {
   copy_job *j = arg;
   int bad = j->fail;
+  size_t rows = j->rows ? j->rows : 1;
+  size_t dspan = (rows - 1) * j->dpitch + j->n, sspan = (rows - 1) * j->spitch + j->n;
   for (uint32_t k = 0; k < j->ndeps; k++) if (wait_done(j->deps[k]) < 0) bad = 1;
   jitter();
-  if (!bad && (!can_access(j->exec, j->dst, j->n) || !can_access(j->exec, j->src, j->n))) {
-    fault(can_access(j->exec, j->dst, j->n) ? "copy source" : "copy destination", j->exec,
-          can_access(j->exec, j->dst, j->n) ? j->src : j->dst);
+  if (!bad && (!can_access(j->exec, j->dst, dspan) || !can_access(j->exec, j->src, sspan))) {
+    fault(can_access(j->exec, j->dst, dspan) ? "copy source" : "copy destination", j->exec,
+          can_access(j->exec, j->dst, dspan) ? j->src : j->dst);
     bad = 1;
   }
-  if (!bad) memmove(host_of(j->dst), host_of(j->src), j->n);
+  if (!bad)
+    for (size_t r = 0; r < rows; r++)
+      memmove(host_of((char *)j->dst + r * j->dpitch),
+              host_of((const char *)j->src + r * j->spitch), j->n);
   if (j->done.handle) {
     if (bad) sig_add(j->done, -1, 1); else sig_add(j->done, -1, 0);
   }
@@ -591,6 +598,43 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
   while (left > 0 && !__atomic_compare_exchange_n(&fail_copies, &left, left - 1, 0,
                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
   j->fail = left > 0;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, copy_thread, j);
+  pthread_attr_destroy(&attr);
+  if (rc) { free(j); return HSA_STATUS_ERROR_OUT_OF_RESOURCES; }
+  return HSA_STATUS_SUCCESS;
+}
+
+static long rect_copies;
+long hsa_sim_rect_copies(void) { return rect_copies; }
+
+/* ROCr's SDMA rect copy: every element 4-byte aligned, offsets and range x in bytes, y in
+   rows; both sides reachable by the copy agent (a GPU; CPU agents are refused). */
+hsa_status_t hsa_amd_memory_async_copy_rect(const hsa_pitched_ptr_t *dst, const hsa_dim3_t *dst_offset,
+    const hsa_pitched_ptr_t *src, const hsa_dim3_t *src_offset, const hsa_dim3_t *range,
+    hsa_agent_t copy_agent, hsa_amd_copy_direction_t dir, uint32_t ndeps,
+    const hsa_signal_t *deps, hsa_signal_t completion) {
+  ENTER("hsa_amd_memory_async_copy_rect");
+  if (!dst || !src || !dst_offset || !src_offset || !range || ndeps > 8 || (ndeps && !deps))
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  int a = agent_index(copy_agent);
+  if (a < 1) return HSA_STATUS_ERROR_INVALID_AGENT;
+  if (dir < hsaHostToHost || dir > hsaDeviceToDevice || range->z != 1 || !range->x || !range->y)
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  if (((uintptr_t)dst->base | (uintptr_t)src->base | dst->pitch | src->pitch | range->x |
+       dst_offset->x | src_offset->x) % 4 || dst->pitch < range->x || src->pitch < range->x)
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  copy_job *j = calloc(1, sizeof *j);
+  j->dst = (char *)dst->base + dst_offset->y * dst->pitch + dst_offset->x;
+  j->src = (const char *)src->base + src_offset->y * src->pitch + src_offset->x;
+  j->n = range->x; j->rows = range->y; j->dpitch = dst->pitch; j->spitch = src->pitch;
+  j->ndeps = ndeps; j->done = completion; j->exec = a;
+  for (uint32_t k = 0; k < ndeps; k++) j->deps[k] = deps[k];
+  last_copy_deps = ndeps;
+  __atomic_add_fetch(&rect_copies, 1, __ATOMIC_SEQ_CST);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

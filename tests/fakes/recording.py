@@ -115,8 +115,9 @@ class PitchedDevice(RecordingDevice):
     """A device with 2-D copies (as cuMemcpy2DAsync) and staging buffers, on host memory."""
 
     def _copy_2d_impl(self, to_device, tgt, tgt_pitch, host, host_pitch, width, height,
-                      queue):
-        self.plugin.record("copy2d", to_device, host, host_pitch, width, height)
+                      queue, pinned=None):
+        self.plugin.record("copy2d", to_device, host, host_pitch, width, height,
+                           pinned is not None)
         if self.plugin.refuse_2d:
             self.plugin.refuse_2d -= 1
             return False
