@@ -1,0 +1,160 @@
+"""Build offload's drop-in `libomptarget.so.19.1` with cffi's embedding mode: a shared
+library exporting LLVM 19's functions (version node VERS1.0) whose bodies run in Python,
+in the process's own interpreter when there is one (a Python program loading C code),
+else in one the library starts (a C program). Built once per offload version, install
+path and Python executable, into the private compile cache."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import cffi
+
+from .. import __version__
+from .. import config as _config
+from ..compiler import cache_directory
+from ..errors import ErrorCode, OffloadError
+from .abi import EXPORTS, SONAME, VERSION_NODE
+
+_MODULE = "_offload_capi"
+
+# runs in the library's interpreter before the first export returns: the paths this
+# Python found offload and its dependencies on, then the Python bodies of the exports
+_INIT = '''
+import sys
+for _p in reversed(%r):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+from _offload_capi import ffi
+from offload.capi import exports
+exports.bind(ffi)
+'''
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _paths() -> list[str]:
+    """Where this process finds offload, cffi, numpy and pyelftools."""
+    out = [_package_root()]
+    for p in sys.path:
+        if p and os.path.isdir(p) and p not in out and not p.endswith(".zip"):
+            out.append(os.path.abspath(p))
+    return out
+
+
+# In a C program the library starts Python itself, before cffi would (cffi's bootstrap
+# imports _cffi_backend from the interpreter's default path, which may be another cffi
+# than the one offload runs with): an isolated configuration whose module search path is
+# this process's, so the program's environment cannot swap offload's code either.
+_PREAMBLE = r"""
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+static const char *const offload_paths[] = { %s NULL };
+
+__attribute__((constructor)) static void offload_start_python(void) {
+    if (Py_IsInitialized())
+        return;                       /* loaded into a Python program: use its interpreter */
+    PyConfig config;
+    PyConfig_InitIsolatedConfig(&config);
+    config.install_signal_handlers = 0;
+    config.module_search_paths_set = 1;
+    for (const char *const *p = offload_paths; *p; ++p) {
+        wchar_t *w = Py_DecodeLocale(*p, NULL);
+        if (w) {
+            PyWideStringList_Append(&config.module_search_paths, w);
+            PyMem_RawFree(w);
+        }
+    }
+    PyStatus st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(st))
+        return;                       /* cffi reports it at the first call */
+    PyEval_SaveThread();              /* let any thread take the GIL */
+}
+"""
+
+
+def _c_literal(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _c_source() -> str:
+    ffi = cffi.FFI()
+    ffi.embedding_api("\n".join(EXPORTS.values()))
+    paths = " ".join(_c_literal(p) + "," for p in _paths())
+    ffi.set_source(_MODULE, _PREAMBLE % paths)
+    ffi.embedding_init_code(_INIT % (_paths(),))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "capi.c")
+        with contextlib.redirect_stdout(io.StringIO()):    # cffi says "generating ..."
+            ffi.emit_c_code(path)
+        with open(path) as f:
+            return f.read()
+
+
+def _python_link() -> tuple[str, list[str]]:
+    """The include directory and the link flags for this Python's shared library."""
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"{sys.executable} has no shared libpython (built without "
+                           f"--enable-shared): the C API library needs one to embed Python")
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ver = sysconfig.get_config_var("LDVERSION") or sysconfig.get_python_version()
+    return sysconfig.get_paths()["include"], [f"-L{libdir}", f"-lpython{ver}",
+                                              f"-Wl,-rpath,{libdir}"]
+
+
+def libdir(cache_dir: str | None = None, cc: str | None = None) -> str:
+    """The directory holding `libomptarget.so.19.1` for this offload and this Python,
+    built on first use (`python -m offload.capi --libdir` prints it)."""
+    cfg = _config.read()
+    directory = cache_directory(cache_dir or cfg.cache_dir)
+    source = _c_source()
+    key = hashlib.sha256("\0".join((__version__, _package_root(), sys.executable,
+                                    source)).encode()).hexdigest()[:24]
+    out = os.path.join(directory, f"capi-{key}")
+    lib = os.path.join(out, SONAME)
+    if os.path.isfile(lib) and os.stat(lib).st_uid == os.geteuid():
+        return out
+    cc = cc or cfg.cc
+    if shutil.which(cc) is None:
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"C compiler {cc!r} not found (set OFFLOAD_CC or CC)")
+    include, link = _python_link()
+    tmp = tempfile.mkdtemp(dir=directory, prefix=f"capi-{key}.")
+    try:
+        src = os.path.join(tmp, "capi.c")
+        with open(src, "w") as f:
+            f.write(source)
+        script = os.path.join(tmp, "exports.map")
+        with open(script, "w") as f:
+            f.write(f"{VERSION_NODE} {{\n  global:\n")
+            f.writelines(f"    {name};\n" for name in EXPORTS)
+            f.write("  local: *;\n};\n")
+        cmd = [cc, "-shared", "-fPIC", "-O2", f"-I{include}", src, "-o",
+               os.path.join(tmp, SONAME), f"-Wl,-soname,{SONAME}",
+               f"-Wl,--version-script={script}", *link]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise OffloadError(ErrorCode.BACKEND_FAILURE,
+                               f"building {SONAME} failed ({' '.join(cmd)}):\n"
+                               f"{res.stderr.strip()}")
+        os.symlink(SONAME, os.path.join(tmp, "libomptarget.so"))
+        try:
+            os.rename(tmp, out)                 # atomic: a whole directory or none
+        except OSError:
+            if not os.path.isfile(lib):         # not another builder winning the race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,481 @@
+"""The Python bodies of offload's libomptarget.so.19.1 exports (see abi.py): a thin edge
+that decodes LLVM 19's C structures and calls the runtime the Python API uses (the same
+PluginManager, mapping tables and pins), so C and Python in one process share it.
+
+Device numbers follow LLVM: -1 is libomp's default device, the initial device is
+omp_get_num_devices(); a construct on the initial device runs the host fallback (kernels
+return non-zero) or does nothing (data constructs). A construct that fails aborts the
+process after LLVM's message, as LLVM does once offloading is mandatory."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import omp, omp_async
+from ..errors import ErrorCode, OffloadError
+from ..runtime import current, operation
+from . import maps
+from .images import Program, Registry, addr, ffi, is_link
+
+_registry = Registry()
+_init_lock = threading.Lock()
+_ready: set[tuple[int, int]] = set()           # (program desc, device) images loaded
+_live_libs = 0
+_OFFLOAD_SUCCESS, _OFFLOAD_FAIL = 0, -1
+
+ffi.cdef("int omp_get_default_device(void);")
+try:
+    _libomp: Any = ffi.dlopen(None)
+    _libomp.omp_get_default_device     # noqa: B018 - present when libomp is loaded
+except (AttributeError, OSError):
+    _libomp = None
+
+
+def _defaults() -> None:
+    """LLVM's x86_64 plugin has four devices; with only host images, host devices only
+    (set before the runtime starts; a running Python program keeps its own settings)."""
+    os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
+    os.environ.setdefault("OFFLOAD_PLUGINS", "host")
+
+
+def _fatal(msg: str) -> None:
+    sys.stderr.write(f"omptarget fatal error 1: {msg}\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+def _device_number(dev: int) -> int:
+    if dev == -1:
+        return _libomp.omp_get_default_device() if _libomp is not None else \
+            current().default_device
+    return dev
+
+
+def _device(dev: int) -> Any:
+    """The Device for an LLVM device number, its images loaded; None for the initial
+    device (and every device when offloading is disabled)."""
+    rt = current()
+    n = _device_number(dev)
+    if n == rt.num_devices() or n == omp.omp_initial_device:
+        return None
+    d = rt.device(n)
+    if d is not None:
+        _load_images(d)
+    return d
+
+
+def _load_images(d: Any) -> None:
+    """Each registered program's image on device `d`, its globals mapped for good (LLVM
+    maps declare target variables, `link` reference pointers included, at load)."""
+    for prog in list(_registry.programs.values()):
+        key = (prog.desc, d.number)
+        if key in _ready:
+            continue
+        with _init_lock:
+            if key in _ready:
+                continue
+            handle = _registry.load(prog, d.number)
+            if handle is not None:
+                for e in prog.entries:
+                    if e.size > 0 and (e.flags in (0,) or is_link(e)):
+                        d.table.associate(e.addr, _registry.symbol(handle, e.name), e.size)
+            _ready.add(key)
+
+
+def _guard(default: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an export's body as an offload operation; an error becomes LLVM's message and
+    the failure value."""
+    op = operation(fn)
+
+    def call(*args: Any) -> Any:
+        try:
+            return op(*args)
+        except OffloadError as exc:
+            sys.stderr.write(f"omptarget error: {exc.message}\n")
+            return default
+    call.__name__ = fn.__name__
+    return call
+
+
+def _p(x: Any) -> int:
+    return addr(x) if x is not None else 0
+
+
+# ---- registration ------------------------------------------------------------------------
+def register_lib(desc: Any) -> None:
+    global _live_libs
+    _defaults()
+    _registry.register(addr(desc))
+    _live_libs += 1
+
+
+def unregister_lib(desc: Any) -> None:
+    global _live_libs
+    prog = _registry.unregister(addr(desc))
+    if prog is None:
+        return
+    _live_libs -= 1
+    for key in [k for k in _ready if k[0] == prog.desc]:
+        _ready.discard(key)
+
+
+# ---- kernels --------------------------------------------------------------------------------
+_FN_TYPES: dict[int, Any] = {}
+
+
+def _call_kernel(fn: int, args: list[int]) -> None:
+    """kernel(~0, args...): every argument pointer-sized (LLVM's host plugin); the GIL is
+    released while it runs."""
+    n = len(args)
+    t = _FN_TYPES.get(n)
+    if t is None:
+        t = _FN_TYPES[n] = ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (n + 1))})")
+    ffi.cast(t, fn)(2**64 - 1, *args)
+
+
+def _launch(dev: Any, host_ptr: int, args: list[maps.Arg], bases: Any) -> int:
+    prog, entry = _registry.kernel(host_ptr)
+    handle = _registry.load(prog, dev.number)
+    if handle is None:
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"kernel '{entry.name}' has no image for device {dev.number}")
+    fn = _registry.symbol(handle, entry.name)
+    maps.begin(dev, args, bases)
+    try:
+        kargs, private = maps.kernel_args(dev, args)
+        try:
+            if dev.table.info & 0x10:
+                sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel "
+                                 f"{entry.name} with {len(kargs)} argument(s)\n")
+            _call_kernel(fn, kargs)
+        finally:
+            for p in private:
+                dev.free(p)
+    except BaseException:
+        dev.table.target_data_end([a.item() for a in args if maps._mapped(a)],
+                                  copy_back=False)
+        raise
+    maps.end(dev, args)
+    return _OFFLOAD_SUCCESS
+
+
+def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_ptr: Any,
+                  kargs: Any) -> int:
+    d = _device(dev)
+    if d is None:
+        return _OFFLOAD_FAIL                   # the host fallback runs the region
+    k = ffi.cast("KernelArgsTy *", addr(kargs))
+    args = maps.decode(int(k.NumArgs), k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes,
+                       k.ArgNames, k.ArgMappers)
+    try:
+        return _launch(d, addr(host_ptr), args, k.ArgBasePtrs)
+    except OffloadError as exc:
+        sys.stderr.write(f"omptarget error: {exc.message}\n")
+        _fatal("failure of target construct while offloading is mandatory")
+        return _OFFLOAD_FAIL
+
+
+def _legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
+                   types: Any, names: Any = None, mappers: Any = None) -> int:
+    d = _device(dev)
+    if d is None:
+        return _OFFLOAD_FAIL
+    args = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    try:
+        return _launch(d, addr(host_ptr), args, bases)
+    except OffloadError as exc:
+        sys.stderr.write(f"omptarget error: {exc.message}\n")
+        _fatal("failure of target construct while offloading is mandatory")
+        return _OFFLOAD_FAIL
+
+
+# ---- data -------------------------------------------------------------------------------------
+def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
+          names: Any = None, mappers: Any = None) -> None:
+    d = _device(dev)
+    if d is None:
+        return
+    args = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    try:
+        if kind == "begin":
+            maps.begin(d, args, bases)
+        elif kind == "end":
+            maps.end(d, args)
+        else:
+            maps.update(d, args)
+    except OffloadError as exc:
+        sys.stderr.write(f"omptarget error: {exc.message}\n")
+        _fatal("failure of target construct while offloading is mandatory")
+    d.table.dump_if_asked()
+
+
+# ---- the OpenMP device API, through offload.omp with pointers as ints ----------------------
+def _ptr(v: int) -> Any:
+    return ffi.cast("void *", v)
+
+
+def _num_devices() -> int:
+    return current().num_devices()
+
+
+def bind(lib_ffi: Any) -> None:
+    """Install every export's body (cffi's def_extern) on the library's ffi."""
+    _defaults()
+
+    def ext(name: str, default: Any = None) -> Callable[[Callable[..., Any]], None]:
+        def put(fn: Callable[..., Any]) -> None:
+            lib_ffi.def_extern(name=name)(_guard(default, fn))
+        return put
+
+    def data(kind: str, legacy: bool) -> Callable[..., None]:
+        if legacy:
+            return lambda dev, n, bases, begins, sizes, types, *deps: _data(
+                kind, dev, n, bases, begins, sizes, types)
+        return lambda loc, dev, n, bases, begins, sizes, types, names, mappers, *deps: _data(
+            kind, dev, n, bases, begins, sizes, types, names, mappers)
+
+    for kind in ("begin", "end", "update"):
+        base = f"__tgt_target_data_{kind}"
+        ext(base)(data(kind, True))
+        ext(f"{base}_nowait")(data(kind, True))
+        ext(f"{base}_mapper")(data(kind, False))
+        ext(f"{base}_nowait_mapper")(data(kind, False))
+
+    ext("__tgt_register_lib")(register_lib)
+    ext("__tgt_unregister_lib")(unregister_lib)
+    ext("__tgt_register_requires")(lambda flags: None)   # clang 19: via the entry table
+    ext("__tgt_init_all_rtls")(lambda: [_device(i) for i in range(_num_devices())] and None)
+    ext("__tgt_rtl_init")(lambda: None)
+    ext("__tgt_rtl_deinit")(lambda: None)
+
+    ext("__tgt_target_kernel", _OFFLOAD_FAIL)(target_kernel)
+    ext("__tgt_target_kernel_nowait", _OFFLOAD_FAIL)(
+        lambda loc, dev, nt, tl, hp, ka, *deps: target_kernel(loc, dev, nt, tl, hp, ka))
+    ext("__tgt_target", _OFFLOAD_FAIL)(
+        lambda dev, hp, n, b, a, s, t: _legacy_target(dev, hp, n, b, a, s, t))
+    ext("__tgt_target_nowait", _OFFLOAD_FAIL)(
+        lambda dev, hp, n, b, a, s, t, *deps: _legacy_target(dev, hp, n, b, a, s, t))
+    ext("__tgt_target_mapper", _OFFLOAD_FAIL)(
+        lambda loc, dev, hp, n, b, a, s, t, nm, m: _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+    ext("__tgt_target_nowait_mapper", _OFFLOAD_FAIL)(
+        lambda loc, dev, hp, n, b, a, s, t, nm, m, *deps:
+        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+    ext("__tgt_target_teams", _OFFLOAD_FAIL)(
+        lambda dev, hp, n, b, a, s, t, nt, tl: _legacy_target(dev, hp, n, b, a, s, t))
+    ext("__tgt_target_teams_nowait", _OFFLOAD_FAIL)(
+        lambda dev, hp, n, b, a, s, t, nt, tl, *deps: _legacy_target(dev, hp, n, b, a, s, t))
+    ext("__tgt_target_teams_mapper", _OFFLOAD_FAIL)(
+        lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl:
+        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+    ext("__tgt_target_teams_nowait_mapper", _OFFLOAD_FAIL)(
+        lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl, *deps:
+        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+    ext("__tgt_target_kernel_replay", _OFFLOAD_FAIL)(_replay)
+    ext("__kmpc_push_target_tripcount")(lambda dev, trip: None)    # the host ignores it
+    ext("__kmpc_push_target_tripcount_mapper")(lambda loc, dev, trip: None)
+
+    ext("__tgt_mapper_num_components", 0)(lambda h: maps.num_components(_p(h)))
+    ext("__tgt_push_mapper_component")(
+        lambda h, b, a, s, t, nm: maps.push_component(_p(h), _p(b), _p(a), s, t, nm))
+    ext("__tgt_target_nowait_query")(_nowait_query)
+
+    # the OpenMP device API
+    ext("omp_get_num_devices", 0)(_num_devices)
+    ext("__tgt_get_num_devices", 0)(_num_devices)
+    ext("omp_get_initial_device", 0)(_num_devices)
+    ext("omp_get_device_num", 0)(_num_devices)        # called on the host: the initial one
+    ext("tgt_pause_resource", 0)(lambda kind, dev: 0)
+    ext("omp_get_mapped_ptr", ffi.NULL)(
+        lambda p, dev: _ptr(omp.omp_get_mapped_ptr(_p(p), _device_number(dev)) or 0))
+    ext("omp_target_alloc", ffi.NULL)(
+        lambda size, dev: _ptr(_alloc(omp.omp_target_alloc, size, dev)))
+    ext("omp_target_free")(lambda p, dev: _free(omp.omp_target_free, p, dev))
+    for kind in ("device", "host", "shared"):
+        ext(f"llvm_omp_target_alloc_{kind}", ffi.NULL)(
+            _bind_alloc(getattr(omp, f"llvm_omp_target_alloc_{kind}")))
+        ext(f"llvm_omp_target_free_{kind}")(
+            _bind_free(getattr(omp, f"llvm_omp_target_free_{kind}")))
+    ext("omp_target_is_present", 0)(
+        lambda p, dev: omp.omp_target_is_present(_p(p), _device_number(dev)))
+    ext("omp_target_memcpy", _OFFLOAD_FAIL)(_memcpy)
+    ext("omp_target_memcpy_async", _OFFLOAD_FAIL)(
+        lambda d, s, n, do, so, dd, sd, cnt, lst: _memcpy(d, s, n, do, so, dd, sd))
+    ext("omp_target_memcpy_rect", _OFFLOAD_FAIL)(_memcpy_rect)
+    ext("omp_target_memcpy_rect_async", _OFFLOAD_FAIL)(
+        lambda d, s, es, nd, v, do, so, dd, sdim, ddev, sdev, cnt, lst:
+        _memcpy_rect(d, s, es, nd, v, do, so, dd, sdim, ddev, sdev))
+    ext("omp_target_memset", ffi.NULL)(_memset)
+    ext("omp_target_memset_async", ffi.NULL)(
+        lambda p, v, n, dev, cnt, lst: _memset(p, v, n, dev))
+    ext("omp_target_associate_ptr", _OFFLOAD_FAIL)(
+        lambda h, d, size, off, dev: omp.omp_target_associate_ptr(
+            _p(h), _p(d), size, off, _load_dev(dev)))
+    ext("omp_target_disassociate_ptr", _OFFLOAD_FAIL)(
+        lambda h, dev: omp.omp_target_disassociate_ptr(_p(h), _load_dev(dev)))
+    ext("llvm_omp_target_lock_mem", ffi.NULL)(
+        lambda p, size, dev: _ptr(omp.llvm_omp_target_lock_mem(_p(p), size, _load_dev(dev))))
+    ext("llvm_omp_target_unlock_mem")(
+        lambda p, dev: omp.llvm_omp_target_unlock_mem(_p(p), _load_dev(dev)))
+    ext("llvm_omp_target_dynamic_shared_alloc", ffi.NULL)(lambda: ffi.NULL)
+    ext("ompx_dump_mapping_tables")(omp_async.ompx_dump_mapping_tables)
+
+    # interop objects: none of offload's host devices has a foreign runtime to hand out
+    ext("__tgt_interop_init")(_interop_init)
+    ext("__tgt_interop_use")(lambda loc, gtid, ip, dev, nd, dl, nw: None)
+    ext("__tgt_interop_destroy")(_interop_destroy)
+    ext("omp_get_interop_int", 0)(_interop_int)
+    ext("omp_get_interop_ptr", ffi.NULL)(_interop_ptr)
+    ext("omp_get_interop_str", ffi.NULL)(_interop_str)
+    ext("omp_get_interop_name", ffi.NULL)(_interop_name)
+    ext("omp_get_interop_type_desc", ffi.NULL)(_interop_type_desc)
+
+    ext("__tgt_set_info_flag")(_set_info)
+    ext("__tgt_print_device_info", 0)(_print_device_info)
+    ext("__tgt_activate_record_replay", _OFFLOAD_FAIL)(_record_replay)
+    ext("ompt_libomptarget_connect")(lambda result: None)   # no OMPT tool support
+
+
+def _load_dev(dev: int) -> int:
+    """An LLVM device number as offload's, the device's images loaded."""
+    n = _device_number(dev)
+    if 0 <= n < _num_devices():
+        _device(n)
+    return n
+
+
+def _alloc(fn: Callable[[int, int], int], size: int, dev: int) -> int:
+    return fn(size, _load_dev(dev)) or 0
+
+
+def _free(fn: Callable[[Any, int], None], p: Any, dev: int) -> None:
+    fn(_p(p), _load_dev(dev))
+
+
+def _bind_alloc(fn: Callable[[int, int], int]) -> Callable[[int, int], Any]:
+    return lambda size, dev: _ptr(_alloc(fn, size, dev))
+
+
+def _bind_free(fn: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+    return lambda p, dev: _free(fn, p, dev)
+
+
+def _memcpy(d: Any, s: Any, n: int, do: int, so: int, dd: int, sd: int) -> int:
+    return omp.omp_target_memcpy(_p(d), _p(s), n, do, so, _load_dev(dd), _load_dev(sd))
+
+
+def _memcpy_rect(d: Any, s: Any, es: int, nd: int, vol: Any, doff: Any, soff: Any,
+                 ddim: Any, sdim: Any, ddev: int, sdev: int) -> int:
+    if d == ffi.NULL and s == ffi.NULL:        # the query form: the largest rank
+        return omp.INT_MAX
+
+    def ints(p: Any) -> list[int]:
+        return [int(p[i]) for i in range(nd)] if p != ffi.NULL else []
+    return omp.omp_target_memcpy_rect(_p(d), _p(s), es, nd, ints(vol), ints(doff), ints(soff),
+                                      ints(ddim), ints(sdim), _load_dev(ddev), _load_dev(sdev))
+
+
+def _memset(p: Any, v: int, n: int, dev: int) -> Any:
+    return _ptr(omp_async.omp_target_memset(_p(p), v, n, _load_dev(dev)) or 0)
+
+
+def _nowait_query(handle: Any) -> None:
+    """offload completes target tasks before their entry points return: nothing pends."""
+    if handle != ffi.NULL:
+        ffi.cast("void **", handle)[0] = ffi.NULL
+
+
+def _replay(*args: Any) -> int:
+    sys.stderr.write("omptarget error: kernel record and replay is not supported by "
+                     "offload\n")
+    return _OFFLOAD_FAIL
+
+
+def _record_replay(*args: Any) -> int:
+    sys.stderr.write("omptarget error: kernel record and replay is not supported by "
+                     "offload\n")
+    return _OFFLOAD_FAIL
+
+
+def _set_info(flags: int) -> None:
+    for d in current().manager.initialized():
+        d.table.info = int(flags)
+
+
+def _print_device_info(dev: int) -> int:
+    d = _device(dev)
+    if d is None:
+        return 0
+    sys.stderr.write(f"Device {d.number} ({d.plugin.name}):\n")
+    for k, v in d.info().items():
+        sys.stderr.write(f"    {k}: {v}\n")
+    return 1
+
+
+# ---- interop: OpenMP's omp_interop_t for devices with no foreign runtime ----------------------
+_interops: dict[int, tuple[Any, int]] = {}
+_OMP_IPR_FR_ID, _OMP_IPR_DEVICE_NUM = -1, -5
+_IRC_SUCCESS, _IRC_NO_VALUE, _IRC_OUT_OF_RANGE, _IRC_TYPE_INT = 0, 1, -5, -2
+_PROPS = {-1: b"fr_id", -2: b"fr_name", -3: b"vendor", -4: b"vendor_name", -5: b"device_num",
+          -6: b"platform", -7: b"device", -8: b"device_context", -9: b"targetsync"}
+
+
+def _interop_init(loc: Any, gtid: int, interop: Any, kind: int, dev: int, *rest: Any) -> None:
+    """An interop object naming the device (no foreign runtime: properties beyond the
+    device number report no value)."""
+    n = _device_number(dev)
+    obj = ffi.new("int64_t[2]", [n, kind])
+    _interops[addr(obj)] = (obj, n)
+    ffi.cast("void **", interop)[0] = obj
+
+
+def _interop_destroy(loc: Any, gtid: int, interop: Any, *rest: Any) -> None:
+    p = ffi.cast("void **", interop)
+    _interops.pop(addr(p[0]), None)
+    p[0] = ffi.NULL
+
+
+def _ret(code: Any, v: int) -> None:
+    if code != ffi.NULL:
+        code[0] = v
+
+
+def _interop_int(interop: Any, prop: int, code: Any) -> int:
+    found = _interops.get(addr(interop))
+    if found is None:
+        _ret(code, _IRC_OUT_OF_RANGE if interop == ffi.NULL else _IRC_NO_VALUE)
+        return 0
+    if prop == _OMP_IPR_DEVICE_NUM:
+        _ret(code, _IRC_SUCCESS)
+        return found[1]
+    _ret(code, _IRC_NO_VALUE)
+    return 0
+
+
+def _interop_ptr(interop: Any, prop: int, code: Any) -> Any:
+    _ret(code, _IRC_NO_VALUE if addr(interop) in _interops else _IRC_OUT_OF_RANGE)
+    return ffi.NULL
+
+
+def _interop_str(interop: Any, prop: int, code: Any) -> Any:
+    _ret(code, _IRC_NO_VALUE if addr(interop) in _interops else _IRC_OUT_OF_RANGE)
+    return ffi.NULL
+
+
+_NAMES = {k: ffi.new("char[]", v) for k, v in _PROPS.items()}
+
+
+def _interop_name(interop: Any, prop: int) -> Any:
+    return _NAMES.get(prop, ffi.NULL)
+
+
+_TYPE_DESC = ffi.new("char[]", b"int")
+
+
+def _interop_type_desc(interop: Any, prop: int) -> Any:
+    return _TYPE_DESC if prop in _PROPS else ffi.NULL
+
+
+__all__ = ["Program", "bind"]

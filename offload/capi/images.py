@@ -1,0 +1,143 @@
+"""Registered programs: the `__tgt_bin_desc`s clang-19 executables and libraries hand to
+`__tgt_register_lib`, their offload entries, and their x86_64 device images loaded on
+each host-plugin device (dlopen'ed from an anonymous memory file: nothing left on disk)."""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import cffi
+
+from ..errors import ErrorCode, OffloadError
+from .abi import ENTRY_INDIRECT, ENTRY_LINK, ENTRY_REQUIRES, TYPES
+
+ffi = cffi.FFI()
+ffi.cdef(TYPES)
+ffi.cdef("""
+void *dlopen(const char *filename, int flags);
+void *dlsym(void *handle, const char *symbol);
+char *dlerror(void);
+""")
+_libdl = ffi.dlopen(None)
+_RTLD_NOW, _RTLD_LOCAL = 0x2, 0x0
+_ELF_MAGIC = b"\x7fELF"
+_EM_X86_64 = 62
+
+
+def addr(p: Any) -> int:
+    """A cdata pointer (of any FFI) as an int."""
+    return int(ffi.cast("uintptr_t", p)) if not isinstance(p, int) else p
+
+
+@dataclass
+class Entry:
+    """One offload entry: a kernel (size 0: `addr` is the host region id) or a global."""
+
+    addr: int
+    name: str
+    size: int
+    flags: int
+    data: int
+
+
+@dataclass
+class Program:
+    """One registered __tgt_bin_desc."""
+
+    desc: int
+    entries: list[Entry]
+    images: list[bytes]                     # x86_64 ELF images (others are not ours yet)
+    loaded: dict[int, Any] = field(default_factory=dict)     # device number -> handle
+    requires: int = 0
+
+
+class Registry:
+    """Every registered program; kernels by host region id; images loaded per device."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.programs: dict[int, Program] = {}
+        self.kernels: dict[int, tuple[Program, Entry]] = {}
+        self.requires = 0
+        self._fds: list[int] = []
+
+    def register(self, desc_addr: int) -> Program:
+        desc = ffi.cast("__tgt_bin_desc *", desc_addr)
+        entries = [_entry(e) for e in _entries(desc.HostEntriesBegin, desc.HostEntriesEnd)]
+        images = []
+        for i in range(desc.NumDeviceImages):
+            img = desc.DeviceImages[i]
+            start, end = addr(img.ImageStart), addr(img.ImageEnd)
+            data = ffi.buffer(ffi.cast("char *", start), end - start)[:]
+            if data[:4] == _ELF_MAGIC and int.from_bytes(data[18:20], "little") == _EM_X86_64:
+                images.append(data)
+        prog = Program(desc_addr, entries, images)
+        with self.lock:
+            self.programs[desc_addr] = prog
+            for e in entries:
+                if e.flags & ENTRY_REQUIRES:
+                    prog.requires |= e.data
+                    self.requires |= e.data
+                elif e.size == 0 and not e.flags & ENTRY_INDIRECT:
+                    self.kernels[e.addr] = (prog, e)
+        return prog
+
+    def unregister(self, desc_addr: int) -> Program | None:
+        with self.lock:
+            prog = self.programs.pop(desc_addr, None)
+            if prog is not None:
+                for e in prog.entries:
+                    if self.kernels.get(e.addr, (None,))[0] is prog:
+                        del self.kernels[e.addr]
+            return prog
+
+    def kernel(self, host_ptr: int) -> tuple[Program, Entry]:
+        with self.lock:
+            found = self.kernels.get(host_ptr)
+        if found is None:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"no registered kernel has host region id 0x{host_ptr:x}")
+        return found
+
+    def load(self, prog: Program, device: int) -> Any:
+        """The program's x86_64 image loaded for `device` (each device its own copy, as
+        LLVM's host plugin), or None when it has none."""
+        with self.lock:
+            handle = prog.loaded.get(device)
+            if handle is not None or not prog.images:
+                return handle
+            fd = os.memfd_create(f"offload-image-{device}", getattr(os, "MFD_CLOEXEC", 0))
+            view = memoryview(prog.images[0])
+            while view:
+                view = view[os.write(fd, view):]
+            handle = _libdl.dlopen(f"/proc/self/fd/{fd}".encode(), _RTLD_NOW | _RTLD_LOCAL)
+            if handle == ffi.NULL:
+                os.close(fd)
+                raise OffloadError(ErrorCode.INVALID_BINARY,
+                                   f"the x86_64 image does not load: "
+                                   f"{ffi.string(_libdl.dlerror()).decode(errors='replace')}")
+            self._fds.append(fd)              # open while loaded: the loader knows paths
+            prog.loaded[device] = handle
+            return handle
+
+    def symbol(self, handle: Any, name: str) -> int:
+        p = _libdl.dlsym(handle, name.encode())
+        if p == ffi.NULL:
+            raise OffloadError(ErrorCode.NOT_FOUND, f"symbol '{name}' not in the device image")
+        return addr(p)
+
+
+def _entries(begin: Any, end: Any) -> list[Any]:
+    n = (addr(end) - addr(begin)) // ffi.sizeof("__tgt_offload_entry")
+    return [begin[i] for i in range(n)]
+
+
+def _entry(e: Any) -> Entry:
+    name = ffi.string(e.name).decode(errors="replace") if e.name != ffi.NULL else ""
+    return Entry(addr(e.addr), name, int(e.size), int(e.flags), int(e.data))
+
+
+def is_link(e: Entry) -> bool:
+    return bool(e.flags & ENTRY_LINK)

@@ -1,0 +1,247 @@
+"""The map arrays of LLVM 19's data and kernel entry points (bases, begins, sizes, types,
+names, mappers) decoded into the mapping table's items, with LLVM's rules at this edge:
+user-defined mappers expanded through their callbacks, MEMBER_OF members counted with
+their struct, PTR_AND_OBJ pointers attached on the device (and restored on the host after
+copies back), RETURN_PARAM device addresses written into the bases array, LITERAL and
+zero-length pointers never mapped, NON_CONTIG updates copied row by row."""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..clauses import MapItem, MapType
+from ..device import Device
+from ..errors import ErrorCode, OffloadError
+from .abi import MEMBER_OF_MASK, NON_CONTIG
+from .images import addr, ffi
+
+_TO, _FROM, _DELETE = 0x1, 0x2, 0x8
+_PTR_AND_OBJ, _TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x40, 0x80, 0x100
+_IMPLICIT = 0x200
+_KEEP = 0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x1000 | 0x2000     # what the table acts on
+
+
+@dataclass
+class Arg:
+    """One component of a map list."""
+
+    base: int
+    begin: int
+    size: int
+    type: int
+    name: str | None
+    slot: int            # its index in the caller's arrays (-1: from a mapper)
+
+    def item(self) -> MapItem:
+        return MapItem(self.begin, self.size, MapType(self.type & _KEEP), None, self.name)
+
+
+def _name(names: Any, i: int) -> str | None:
+    """The variable name clang passes with -g: an ident-like string ';name;file;l;c;;'."""
+    if names == ffi.NULL or names[i] == ffi.NULL:
+        return None
+    raw = ffi.string(ffi.cast("char *", names[i])).decode(errors="replace")
+    parts = raw.split(";")
+    return parts[1] if len(parts) > 2 else raw
+
+
+# ---- user-defined mappers: the generated function calls back with its components ------
+_components: dict[int, list[Arg]] = {}
+_handles = itertools.count(1)
+_mapper_lock = threading.Lock()
+
+
+def num_components(handle: int) -> int:
+    with _mapper_lock:
+        return len(_components.get(handle, ()))
+
+
+def push_component(handle: int, base: int, begin: int, size: int, type_: int,
+                   name: Any) -> None:
+    n = None if name == ffi.NULL else _name(ffi.new("void *[]", [name]), 0)
+    with _mapper_lock:
+        _components.setdefault(handle, []).append(Arg(base, begin, size, type_, n, -1))
+
+
+def _expand(mapper: int, arg: Arg) -> list[Arg]:
+    """The components a mapper function produces for one argument (LLVM's
+    targetDataMapper): `mapper(handle, base, begin, size, type, name)`."""
+    with _mapper_lock:
+        handle = next(_handles)
+        _components[handle] = []
+    fn = ffi.cast("void (*)(uintptr_t, uintptr_t, uintptr_t, int64_t, int64_t, uintptr_t)",
+                  mapper)
+    try:
+        fn(handle, arg.base, arg.begin, arg.size, arg.type, 0)
+        with _mapper_lock:
+            return _components.pop(handle)
+    finally:
+        with _mapper_lock:
+            _components.pop(handle, None)
+
+
+def decode(n: int, bases: Any, begins: Any, sizes: Any, types: Any, names: Any = None,
+           mappers: Any = None) -> list[Arg]:
+    """The map list as Args, mappers expanded (their components replace the argument)."""
+    out: list[Arg] = []
+    names = ffi.NULL if names is None else names
+    for i in range(n):
+        a = Arg(addr(bases[i]), addr(begins[i]), int(sizes[i]), int(types[i]) & (2**64 - 1),
+                _name(names, i), i)
+        m = addr(mappers[i]) if mappers is not None and mappers != ffi.NULL else 0
+        if m:
+            comps = _expand(m, a)
+            for c in comps:
+                c.slot = i if c is comps[0] else -1
+            out.extend(comps)
+        else:
+            out.append(a)
+    return out
+
+
+def _mapped(a: Arg) -> bool:
+    """Whether the table maps this component (literals and empty pointers are not)."""
+    t = a.type
+    return not (t & _LITERAL) and not (t & _PRIVATE) and a.size > 0
+
+
+# ---- begin / end / update --------------------------------------------------------------
+def begin(dev: Device, args: list[Arg], bases: Any = None) -> None:
+    """target_data_begin for the list; PTR_AND_OBJ pointers attached, RETURN_PARAM device
+    addresses written back into `bases`."""
+    table = dev.table
+    items = [a.item() for a in args if _mapped(a)]
+    table.target_data_begin(items)
+    try:
+        for a in args:
+            if a.type & _PTR_AND_OBJ and a.size > 0:
+                _attach(dev, a)
+            if a.type & _RETURN_PARAM and bases is not None and a.slot >= 0:
+                e = table.lookup(a.begin, max(a.size, 1))
+                if e is not None:
+                    tgt = e.tgt_begin + (a.begin - e.hst_begin)
+                    bases[a.slot] = ffi.cast("void *", tgt - (a.begin - a.base))
+    except BaseException:
+        table.target_data_end(items, copy_back=False)
+        raise
+
+
+def end(dev: Device, args: list[Arg]) -> None:
+    """target_data_end for the list; host pointers the device copy overwrote restored."""
+    items = [a.item() for a in args if _mapped(a)]
+    shadows = _shadows(args)
+    try:
+        dev.table.target_data_end(items)
+    finally:
+        _restore(shadows)
+
+
+def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
+    """target_data_update; NON_CONTIG components copied as the rows they describe."""
+    plain: list[Arg] = []
+    strided: list[Arg] = []
+    for a in args:
+        (strided if a.type & NON_CONTIG else plain).append(a)
+    shadows = _shadows(plain)
+    try:
+        dev.table.target_data_update([a.item() for a in plain if _mapped(a)])
+    finally:
+        _restore(shadows)
+    for a in strided:
+        _update_non_contig(dev, a)
+
+
+# ---- PTR_AND_OBJ: the device copy of a pointer points at the device copy of its target --
+def _attach(dev: Device, a: Arg) -> None:
+    """Write into the device copy of the pointer at `a.base` (when that pointer is
+    mapped: a struct member, a declare target link) the device address of its pointee."""
+    table = dev.table
+    pe = table.lookup(a.base, 8)
+    oe = table.lookup(a.begin, a.size)
+    if pe is None or oe is None:
+        return
+    host_value = ctypes.c_uint64.from_address(a.base).value
+    tgt_value = oe.tgt_begin + (a.begin - oe.hst_begin) - (a.begin - host_value)
+    buf = np.array([tgt_value], dtype=np.uint64)
+    dev.submit(pe.tgt_begin + (a.base - pe.hst_begin), buf.ctypes.data, 8)
+
+
+def _shadows(args: list[Arg]) -> list[tuple[int, int]]:
+    """(address, value) of the host pointers a copy back may overwrite with device
+    addresses (PTR_AND_OBJ bases inside mapped data)."""
+    return [(a.base, ctypes.c_uint64.from_address(a.base).value)
+            for a in args if a.type & _PTR_AND_OBJ and a.base]
+
+
+def _restore(shadows: list[tuple[int, int]]) -> None:
+    for where, value in shadows:
+        ctypes.c_uint64.from_address(where).value = value
+
+
+def _update_non_contig(dev: Device, a: Arg) -> None:
+    """A NON_CONTIG motion: `a.begin` points at `a.size` dimension records (offset, count,
+    stride in bytes), outermost first; copy each innermost run."""
+    dims = ffi.cast("__tgt_target_non_contig *", a.begin)
+    recs = [(int(dims[i].Offset), int(dims[i].Count), int(dims[i].Stride))
+            for i in range(a.size)]
+    if not recs:
+        return
+    *outer, (off, count, stride) = recs
+    run = count * stride if stride else count          # the innermost run, in bytes
+    starts = [a.base]
+    for o, c, s in outer:
+        starts = [p + (o + k) * s for p in starts for k in range(c)]
+    to_device = bool(a.type & _TO)
+    for p in starts:
+        host = p + off * stride
+        e = dev.table.lookup(host, run)
+        if e is None:
+            continue
+        tgt = e.tgt_begin + (host - e.hst_begin)
+        if to_device:
+            dev.submit(tgt, host, run)
+        else:
+            dev.retrieve(host, tgt, run)
+
+
+def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
+    """The kernel's arguments (TARGET_PARAM components, in order): a literal's value, a
+    mapped pointer's device address (TgtPtrBegin + (base - begin)), an unmapped
+    zero-length pointer's host value; PRIVATE arrays get a device copy of their own.
+    Returns (arguments, private allocations to free after the launch)."""
+    out: list[int] = []
+    private: list[int] = []
+    table = dev.table
+    try:
+        for a in args:
+            if not a.type & _TARGET_PARAM or a.type & MEMBER_OF_MASK:
+                continue
+            if a.type & _LITERAL:
+                out.append(a.base)
+            elif a.type & _PRIVATE:
+                p = dev.alloc(max(a.size, 1))
+                private.append(p)
+                if a.size:
+                    dev.submit(p, a.begin, a.size)
+                out.append(p - (a.begin - a.base))
+            else:
+                e = table.lookup(a.begin, max(a.size, 1)) if a.size else \
+                    table.overlapping(a.begin, 1)
+                if e is None:
+                    if a.size:
+                        raise OffloadError(ErrorCode.NOT_FOUND,
+                                           f"kernel argument at 0x{a.begin:x} ({a.size} bytes)"
+                                           f" is not mapped")
+                    out.append(a.base)              # an unmapped pointer: its host value
+                    continue
+                out.append(e.tgt_begin + (a.begin - e.hst_begin) - (a.begin - a.base))
+    except BaseException:
+        for p in private:
+            dev.free(p)
+        raise
+    return out, private
