@@ -79,6 +79,8 @@ __attribute__((constructor)) static void offload_start_python(void) {
     PyConfig_Clear(&config);
     if (PyStatus_Exception(st))
         return;                       /* cffi reports it at the first call */
+    /* tell the exports the interpreter is the library's own (a C program) */
+    PyRun_SimpleString("import sys; sys._offload_capi_owns_python = True");
     PyEval_SaveThread();              /* let any thread take the GIL */
 }
 """
@@ -88,11 +90,42 @@ def _c_literal(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _split(decl: str) -> tuple[str, str, str, list[str]]:
+    """(return type, name, parameter list, parameter names) of a C declaration."""
+    head, params = decl.rstrip(";").split("(", 1)
+    params = params.rsplit(")", 1)[0].strip()
+    ret, name = head.rsplit(None, 1)
+    while name.startswith("*"):
+        ret, name = ret + " *", name[1:]
+    names = [] if params == "void" else \
+        [p.replace("*", " ").split()[-1] for p in params.split(",")]
+    return ret.strip(), name, params, names
+
+
+def _wrappers() -> str:
+    """Each export as a C function that calls its Python body through cffi, unless the
+    process's Python has been finalized (a library's atexit unregistration after a Python
+    program ended): then it returns what LLVM returns for nothing done."""
+    out = []
+    for decl in EXPORTS.values():
+        ret, name, params, names = _split(decl)
+        call = f"_offload_{name}({', '.join(names)})"
+        out.append(f"{ret} _offload_{name}({params});")
+        if ret == "void":
+            body = f"if (Py_IsInitialized()) {call};"
+        else:
+            body = f"return Py_IsInitialized() ? {call} : ({ret})0;"
+        out.append(f"__attribute__((visibility(\"default\"))) {ret} {name}({params}) {{ {body} }}")
+    return "\n".join(out)
+
+
 def _c_source() -> str:
     ffi = cffi.FFI()
-    ffi.embedding_api("\n".join(EXPORTS.values()))
+    ffi.embedding_api("\n".join(decl.replace(f" {name}(", f" _offload_{name}(", 1)
+                                 .replace(f"*{name}(", f"*_offload_{name}(", 1)
+                                 for name, decl in EXPORTS.items()))
     paths = " ".join(_c_literal(p) + "," for p in _paths())
-    ffi.set_source(_MODULE, _PREAMBLE % paths)
+    ffi.set_source(_MODULE, _PREAMBLE % paths + _wrappers())
     ffi.embedding_init_code(_INIT % (_paths(),))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "capi.c")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ from .images import Program, Registry, addr, ffi, is_link
 
 _registry = Registry()
 _init_lock = threading.Lock()
-_ready: set[tuple[int, int]] = set()           # (program desc, device) images loaded
+# the programs whose images and globals each Device (of whichever runtime) has loaded
+_ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 _live_libs = 0
 _OFFLOAD_SUCCESS, _OFFLOAD_FAIL = 0, -1
 
@@ -35,10 +37,12 @@ except (AttributeError, OSError):
 
 
 def _defaults() -> None:
-    """LLVM's x86_64 plugin has four devices; with only host images, host devices only
-    (set before the runtime starts; a running Python program keeps its own settings)."""
-    os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
-    os.environ.setdefault("OFFLOAD_PLUGINS", "host")
+    """In a C program: LLVM's x86_64 plugin has four devices, and with only host images
+    there are host devices only (set before the runtime starts). A Python program that
+    loaded C code keeps its own settings and runtime."""
+    if getattr(sys, "_offload_capi_owns_python", False):
+        os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
+        os.environ.setdefault("OFFLOAD_PLUGINS", "host")
 
 
 def _fatal(msg: str) -> None:
@@ -70,19 +74,20 @@ def _device(dev: int) -> Any:
 def _load_images(d: Any) -> None:
     """Each registered program's image on device `d`, its globals mapped for good (LLVM
     maps declare target variables, `link` reference pointers included, at load)."""
-    for prog in list(_registry.programs.values()):
-        key = (prog.desc, d.number)
-        if key in _ready:
-            continue
-        with _init_lock:
-            if key in _ready:
+    done = _ready.get(d)
+    if done is not None and len(done) == len(_registry.programs):
+        return
+    with _init_lock:
+        done = _ready.setdefault(d, set())
+        for prog in list(_registry.programs.values()):
+            if prog.desc in done:
                 continue
             handle = _registry.load(prog, d.number)
             if handle is not None:
                 for e in prog.entries:
-                    if e.size > 0 and (e.flags in (0,) or is_link(e)):
+                    if e.size > 0 and (e.flags == 0 or is_link(e)):
                         d.table.associate(e.addr, _registry.symbol(handle, e.name), e.size)
-            _ready.add(key)
+            done.add(prog.desc)
 
 
 def _guard(default: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -118,8 +123,9 @@ def unregister_lib(desc: Any) -> None:
     if prog is None:
         return
     _live_libs -= 1
-    for key in [k for k in _ready if k[0] == prog.desc]:
-        _ready.discard(key)
+    with _init_lock:
+        for done in _ready.values():
+            done.discard(prog.desc)
 
 
 # ---- kernels --------------------------------------------------------------------------------
@@ -136,7 +142,9 @@ def _call_kernel(fn: int, args: list[int]) -> None:
     ffi.cast(t, fn)(2**64 - 1, *args)
 
 
-def _launch(dev: Any, host_ptr: int, args: list[maps.Arg], bases: Any) -> int:
+def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
+            bases: Any) -> int:
+    args, given = decoded
     prog, entry = _registry.kernel(host_ptr)
     handle = _registry.load(prog, dev.number)
     if handle is None:
@@ -145,7 +153,7 @@ def _launch(dev: Any, host_ptr: int, args: list[maps.Arg], bases: Any) -> int:
     fn = _registry.symbol(handle, entry.name)
     maps.begin(dev, args, bases)
     try:
-        kargs, private = maps.kernel_args(dev, args)
+        kargs, private = maps.kernel_args(dev, given)
         try:
             if dev.table.info & 0x10:
                 sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel "
@@ -198,7 +206,7 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     d = _device(dev)
     if d is None:
         return
-    args = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    args, _ = maps.decode(n, bases, begins, sizes, types, names, mappers)
     try:
         if kind == "begin":
             maps.begin(d, args, bases)
@@ -227,7 +235,7 @@ def bind(lib_ffi: Any) -> None:
 
     def ext(name: str, default: Any = None) -> Callable[[Callable[..., Any]], None]:
         def put(fn: Callable[..., Any]) -> None:
-            lib_ffi.def_extern(name=name)(_guard(default, fn))
+            lib_ffi.def_extern(name=f"_offload_{name}")(_guard(default, fn))
         return put
 
     def data(kind: str, legacy: bool) -> Callable[..., None]:

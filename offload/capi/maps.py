@@ -86,22 +86,25 @@ def _expand(mapper: int, arg: Arg) -> list[Arg]:
 
 
 def decode(n: int, bases: Any, begins: Any, sizes: Any, types: Any, names: Any = None,
-           mappers: Any = None) -> list[Arg]:
-    """The map list as Args, mappers expanded (their components replace the argument)."""
+           mappers: Any = None) -> tuple[list[Arg], list[Arg]]:
+    """(what to map, the arguments as given): arguments with a mapper are replaced by
+    the components it produces in the first list; kernels take the second."""
     out: list[Arg] = []
+    given: list[Arg] = []
     names = ffi.NULL if names is None else names
     for i in range(n):
         a = Arg(addr(bases[i]), addr(begins[i]), int(sizes[i]), int(types[i]) & (2**64 - 1),
                 _name(names, i), i)
+        given.append(a)
         m = addr(mappers[i]) if mappers is not None and mappers != ffi.NULL else 0
         if m:
             comps = _expand(m, a)
             for c in comps:
-                c.slot = i if c is comps[0] else -1
+                c.slot = -1
             out.extend(comps)
         else:
             out.append(a)
-    return out
+    return out, given
 
 
 def _mapped(a: Arg) -> bool:

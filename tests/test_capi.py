@@ -1,0 +1,139 @@
+"""Issue 13: offload as a drop-in libomptarget.so.19.1. Programs compiled once with clang-19
+run under LLVM 19's own libomptarget (Debian libomp-19-dev) and under offload's; stdout and
+exit status must be identical. A C library with offloading loaded into this Python process
+shares offload's runtime with the Python API. Skipped, with the reason, without clang-19
+or LLVM 19's libomptarget."""
+import ctypes
+import glob
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import offload
+from offload.capi import abi, libdir
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLANG = shutil.which("clang-19")
+LLVM_LIB = "/usr/lib/llvm-19/lib"
+HAVE_LLVM = os.path.exists(os.path.join(LLVM_LIB, "libomptarget.so.19.1")) and \
+    os.path.exists(os.path.join(LLVM_LIB, "libomp.so.5"))
+WHY = ("clang-19 not installed" if not CLANG else
+       "LLVM 19's libomptarget (libomp-19-dev) not installed" if not HAVE_LLVM else "")
+pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
+PROGRAMS = sorted(p for p in glob.glob(os.path.join(HERE, "capi", "*.c"))
+                  if not p.endswith("shared_lib.c"))
+TARGET = ["-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu"]
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return libdir()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capi")
+    exes = {}
+    for src in PROGRAMS:
+        exe = out / os.path.basename(src)[:-2]
+        subprocess.run([CLANG, *TARGET, "-O1", src, "-o", str(exe)], check=True,
+                       capture_output=True)
+        exes[os.path.basename(src)] = str(exe)
+    return exes
+
+
+def run(exe, lib_path, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    e.update(env, LD_LIBRARY_PATH=lib_path)
+    res = subprocess.run([exe], capture_output=True, text=True, env=e, timeout=120,
+                         cwd=os.path.dirname(exe))
+    return res.returncode, res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("program", [os.path.basename(p) for p in PROGRAMS])
+def test_same_output_as_llvm(built, ours, program):
+    rc_llvm, out_llvm, err_llvm = run(built[program], LLVM_LIB)
+    rc_ours, out_ours, err_ours = run(built[program], f"{ours}:{LLVM_LIB}")
+    assert out_llvm, f"LLVM printed nothing: {err_llvm}"
+    assert (rc_ours, out_ours) == (rc_llvm, out_llvm), err_ours
+
+
+def test_library_and_its_exports(ours):
+    """One line from --libdir; the SONAME, and LLVM 19's 71 functions at VERS1.0 (plus the
+    two libomp looks for), nothing else."""
+    import sys
+    res = subprocess.run([sys.executable, "-m", "offload.capi", "--libdir"], capture_output=True,
+                         text=True, check=True)
+    assert res.stdout.strip() == ours and res.stdout.count("\n") == 1
+    lib = os.path.join(ours, abi.SONAME)
+    dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
+    assert f"Library soname: [{abi.SONAME}]" in dyn
+    syms = subprocess.run(["nm", "-D", "--defined-only", "--with-symbol-versions", lib],
+                          capture_output=True, text=True, check=True).stdout.split()
+    names = {s.split("@")[0] for s in syms if "@@VERS1.0" in s}
+    assert names == set(abi.EXPORTS)
+    llvm = subprocess.run(["nm", "-D", "--defined-only", "--with-symbol-versions",
+                           os.path.join(LLVM_LIB, "libomptarget.so.19.1")], capture_output=True,
+                          text=True, check=True).stdout.split()
+    assert {s.split("@")[0] for s in llvm if "@@VERS1.0" in s} == set(abi.LLVM_EXPORTS)
+
+
+def test_no_files_left_behind(built, ours, tmp_path):
+    """LLVM's host plugin leaves one temporary file per run; offload's none."""
+    before = set(os.listdir("/tmp"))
+    rc, out, err = run(built["prelock.c"], f"{ours}:{LLVM_LIB}", TMPDIR=str(tmp_path))
+    assert rc == 0 and "PASS" in out
+    assert os.listdir(tmp_path) == [] and set(os.listdir("/tmp")) <= before | set()
+
+
+@pytest.fixture(scope="module")
+def shared_lib(tmp_path_factory, ours):
+    out = tmp_path_factory.mktemp("capi_shared") / "libshared.so"
+    subprocess.run([CLANG, *TARGET, "-O1", "-shared", "-fPIC",
+                    os.path.join(HERE, "capi", "shared_lib.c"), "-o", str(out)], check=True,
+                   capture_output=True)
+    ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(str(out))
+    lib.lock.restype = ctypes.c_void_p
+    lib.lock.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return lib
+
+
+def test_one_runtime_for_c_and_python(runtime, shared_lib):
+    """A mapping made from Python is present for C code in the same process, and the
+    reverse; a region in C sees the device copy Python made."""
+    runtime(OFFLOAD_HOST_NUM_DEVICES=2)
+    a = np.arange(64, dtype=np.int32)
+    ptr = a.ctypes.data_as(ctypes.c_void_p)
+    assert shared_lib.is_present(ptr, 0) == 0
+    offload.target_enter_data(offload.to(a), device=0)
+    assert shared_lib.is_present(ptr, 0) == 1                  # Python's mapping, seen by C
+    assert shared_lib.add_one_present(ptr, 64, 0) == 0          # runs on the device copy
+    assert a[5] == 5                                            # not copied back by C
+    offload.target_exit_data(offload.from_(a), device=0)
+    assert a[5] == 6 and shared_lib.is_present(ptr, 0) == 0
+    b = np.arange(32, dtype=np.int32)
+    bp = b.ctypes.data_as(ctypes.c_void_p)
+    shared_lib.map_to(bp, 32, 1)                                # C maps ...
+    assert offload.omp_target_is_present(b, 1) == 1             # ... Python sees it
+    dev = offload.omp_get_mapped_ptr(b, 1)
+    np.copyto(np.frombuffer((ctypes.c_int32 * 32).from_address(dev), dtype=np.int32), b * 3)
+    shared_lib.unmap_from(bp, 32, 1)
+    assert (b == np.arange(32) * 3).all()
+
+
+def test_a_pin_from_c_is_the_pin_python_sees(runtime, shared_lib):
+    runtime(OFFLOAD_HOST_NUM_DEVICES=1)
+    a = np.zeros(1 << 16, dtype=np.uint8)
+    assert shared_lib.lock(a.ctypes.data, a.nbytes, 0)
+    pins = offload.testing.state()["pins"]["host"]
+    assert pins["entries"] == 1 and pins["bytes"] == a.nbytes     # the C lock, in our map
+    assert offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)        # Python's: the same pin
+    assert offload.testing.state()["pins"]["host"]["entries"] == 1
+    offload.llvm_omp_target_unlock_mem(a, 0)
+    offload.llvm_omp_target_unlock_mem(a, 0)
+    assert offload.testing.state()["pins"]["host"]["entries"] == 0
