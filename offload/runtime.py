@@ -391,6 +391,17 @@ def _unavailable(why: str) -> OffloadError:
     return OffloadError(ErrorCode.UNINITIALIZED, f"the offload runtime {why}")
 
 
+def start(config: Config) -> Runtime:
+    """Start the process's runtime with `config` unless one is live; return the live one
+    (the C API starts it with the policy libomp applies to constructs left out)."""
+    with _process.lock:
+        if _process.live is None and not _process.exiting:
+            _process.live = Runtime(config)
+            _process.shut = None
+            _install_sigint_deferral()
+    return current()
+
+
 def current() -> Runtime:
     """The runtime of the operation this thread is in, else the live one, started (from
     the environment) on first use. UNINITIALIZED while one is shutting down, and after

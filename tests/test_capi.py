@@ -137,3 +137,16 @@ def test_a_pin_from_c_is_the_pin_python_sees(runtime, shared_lib):
     offload.llvm_omp_target_unlock_mem(a, 0)
     offload.llvm_omp_target_unlock_mem(a, 0)
     assert offload.testing.state()["pins"]["host"]["entries"] == 0
+
+
+@pytest.mark.parametrize("policy", ["disabled", "mandatory"])
+@pytest.mark.parametrize("program", ["host_fallback.c", "device_api.c", "data_refcount.c",
+                                     "prelock.c"])
+def test_same_output_under_omp_target_offload(built, ours, program, policy):
+    """OMP_TARGET_OFFLOAD as LLVM 19 applies it: disabled keeps the devices for the
+    device API but runs every construct on the host; mandatory changes nothing here."""
+    rc_llvm, out_llvm, err_llvm = run(built[program], LLVM_LIB, OMP_TARGET_OFFLOAD=policy)
+    rc_ours, out_ours, err_ours = run(built[program], f"{ours}:{LLVM_LIB}",
+                                      OMP_TARGET_OFFLOAD=policy)
+    assert out_llvm, f"LLVM printed nothing: {err_llvm}"
+    assert (rc_ours, out_ours) == (rc_llvm, out_llvm), err_ours

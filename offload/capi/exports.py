@@ -8,6 +8,7 @@ return non-zero) or does nothing (data constructs). A construct that fails abort
 process after LLVM's message, as LLVM does once offloading is mandatory."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -15,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .. import omp, omp_async
+from .. import config, omp, omp_async, runtime
 from ..errors import ErrorCode, OffloadError
 from ..runtime import current, operation
 from . import maps
@@ -27,6 +28,7 @@ _init_lock = threading.Lock()
 _ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 _live_libs = 0
 _OFFLOAD_SUCCESS, _OFFLOAD_FAIL = 0, -1
+_disabled = False                              # OMP_TARGET_OFFLOAD=disabled (C programs)
 
 ffi.cdef("int omp_get_default_device(void);")
 try:
@@ -40,9 +42,15 @@ def _defaults() -> None:
     """In a C program: LLVM's x86_64 plugin has four devices, and with only host images
     there are host devices only (set before the runtime starts). A Python program that
     loaded C code keeps its own settings and runtime."""
-    if getattr(sys, "_offload_capi_owns_python", False):
+    global _disabled
+    if getattr(sys, "_offload_capi_owns_python", False) and runtime._process.live is None:
         os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
         os.environ.setdefault("OFFLOAD_PLUGINS", "host")
+        cfg = config.read()
+        # LLVM 19 keeps its devices with OMP_TARGET_OFFLOAD=disabled (the device API
+        # still works on them); only constructs fall back to the host
+        _disabled = cfg.target_offload is config.TargetOffload.DISABLED
+        runtime.start(dataclasses.replace(cfg, target_offload=config.TargetOffload.DEFAULT))
 
 
 def _fatal(msg: str) -> None:
@@ -58,12 +66,12 @@ def _device_number(dev: int) -> int:
     return dev
 
 
-def _device(dev: int) -> Any:
+def _device(dev: int, construct: bool = True) -> Any:
     """The Device for an LLVM device number, its images loaded; None for the initial
-    device (and every device when offloading is disabled)."""
+    device (and, for constructs, every device when offloading is disabled)."""
     rt = current()
     n = _device_number(dev)
-    if n == rt.num_devices() or n == omp.omp_initial_device:
+    if n == rt.num_devices() or n == omp.omp_initial_device or (construct and _disabled):
         return None
     d = rt.device(n)
     if d is not None:
@@ -350,7 +358,7 @@ def _load_dev(dev: int) -> int:
     """An LLVM device number as offload's, the device's images loaded."""
     n = _device_number(dev)
     if 0 <= n < _num_devices():
-        _device(n)
+        _device(n, construct=False)
     return n
 
 
