@@ -1,7 +1,8 @@
-// The overhead micro-benchmarks of bench/overhead.py as an OpenMP program, for LLVM's
-// own libomptarget (built by bench/overhead.py with clang-19 -fopenmp
-// -fopenmp-targets=x86_64-unknown-linux-gnu). Prints "name seconds-per-operation"
-// lines: the median of 7 batches, the batch size grown until a batch takes 20 ms.
+// The overhead micro-benchmarks of bench/overhead.py as an OpenMP program, built with
+// clang-19 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu: bench/overhead.py runs it
+// on LLVM's own libomptarget, bench/capi.py on LLVM's and on offload's drop-in library.
+// Prints "name seconds-per-operation" lines: the median of 7 batches, the batch size
+// grown until a batch takes 20 ms.
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -57,10 +58,26 @@ static void enter_exit(void) {
 #pragma omp target exit data map(from: small[0:1000])
 }
 
+static void update_to(void) {
+#pragma omp target update to(small[0:1000])
+}
+
+void *llvm_omp_target_lock_mem(void *ptr, size_t size, int device_num);
+void llvm_omp_target_unlock_mem(void *ptr, int device_num);
+
+static void lock_unlock(void) {
+  llvm_omp_target_lock_mem(small, sizeof small, 0);
+  llvm_omp_target_unlock_mem(small, 0);
+}
+
 int main(void) {
   measure("empty target region", empty_region);
   measure("target map(tofrom) 1000 ints", map_small);
   measure("target map(tofrom) 1000000 ints", map_big);
   measure("enter+exit 1000 ints", enter_exit);
+#pragma omp target enter data map(to: small[0:1000])
+  measure("target update to 1000 ints", update_to);
+#pragma omp target exit data map(release: small[0:1000])
+  measure("lock+unlock 4000 bytes", lock_unlock);
   return small[0] == 0;
 }
