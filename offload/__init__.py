@@ -9,6 +9,7 @@ from . import omp_async as _omp_async
 from . import testing  # noqa: F401 - offload.testing.state()
 from .allocators import empty
 from .api import *  # noqa: F403
+from .capi.openmp import compile_openmp
 from .compiler import compile_c
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Image, Kernel, load_image
@@ -25,7 +26,7 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
 
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
-           "OffloadError", "OffloadWarning", "compile_c", "load_image", "target",
+           "OffloadError", "OffloadWarning", "compile_c", "compile_openmp", "load_image", "target",
            "DeviceArray", "Event", "Queue", "Stream", "device_array", "empty", "stream",
            "wait_stream"]
 

@@ -150,3 +150,30 @@ def test_same_output_under_omp_target_offload(built, ours, program, policy):
                                       OMP_TARGET_OFFLOAD=policy)
     assert out_llvm, f"LLVM printed nothing: {err_llvm}"
     assert (rc_ours, out_ours) == (rc_llvm, out_llvm), err_ours
+
+
+def test_compile_openmp_shares_the_python_runtime(runtime):
+    """compile_openmp: C with target regions, its functions taking numpy arrays; its
+    regions see what Python mapped (no copy until Python updates)."""
+    runtime(OFFLOAD_HOST_NUM_DEVICES=1)
+    m = offload.compile_openmp(r'''
+    #include <omp.h>
+    void scale(double *a, int n, double f) {
+    #pragma omp target map(tofrom: a[0:n])
+      for (int i = 0; i < n; i++) a[i] *= f;
+    }
+    int present(double *a) { return omp_target_is_present(a, 0); }
+    ''')
+    a = np.arange(8, dtype=np.float64)
+    m.scale(a, 8, 2.0)
+    assert a.tolist() == [2.0 * i for i in range(8)]
+    with offload.target_data(offload.to(a), device=0):
+        assert m.present(a) == 1
+        m.scale(a, 8, 10.0)                     # on the device copy Python made
+        assert a[1] == 2.0
+        offload.target_update(from_=[a], device=0)
+        assert a[1] == 20.0
+    with pytest.raises(offload.OffloadError, match="expected an array of float64"):
+        m.scale(a.astype(np.float32), 8, 2.0)
+    with pytest.raises(AttributeError, match="defines: present, scale"):
+        m.nope()

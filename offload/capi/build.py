@@ -14,10 +14,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from importlib import metadata
 
 import cffi
 
-from .. import __version__
 from .. import config as _config
 from ..compiler import cache_directory
 from ..errors import ErrorCode, OffloadError
@@ -36,6 +36,13 @@ from _offload_capi import ffi
 from offload.capi import exports
 exports.bind(ffi)
 '''
+
+
+def _version() -> str:
+    try:
+        return metadata.version("offload")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def _package_root() -> str:
@@ -153,7 +160,7 @@ def libdir(cache_dir: str | None = None, cc: str | None = None) -> str:
     cfg = _config.read()
     directory = cache_directory(cache_dir or cfg.cache_dir)
     source = _c_source()
-    key = hashlib.sha256("\0".join((__version__, _package_root(), sys.executable,
+    key = hashlib.sha256("\0".join((_version(), _package_root(), sys.executable,
                                     source)).encode()).hexdigest()[:24]
     out = os.path.join(directory, f"capi-{key}")
     lib = os.path.join(out, SONAME)
