@@ -20,7 +20,7 @@ from .. import config, omp, omp_async, runtime
 from ..errors import ErrorCode, OffloadError
 from ..runtime import current, operation
 from . import maps
-from .images import Program, Registry, addr, ffi, is_link
+from .images import Program, Registry, _cast, addr, ffi, is_link
 
 _registry = Registry()
 _init_lock = threading.Lock()
@@ -69,23 +69,30 @@ def _device_number(dev: int) -> int:
 def _device(dev: int, construct: bool = True) -> Any:
     """The Device for an LLVM device number, its images loaded; None for the initial
     device (and, for constructs, every device when offloading is disabled)."""
-    rt = current()
-    n = _device_number(dev)
-    if n == rt.num_devices() or n == omp.omp_initial_device or (construct and _disabled):
-        return None
-    d = rt.device(n)
-    if d is not None:
+    rt = runtime._process.live
+    if rt is None or rt.closing:
+        rt = current()
+    n = dev if dev >= 0 else _device_number(dev)
+    if n >= rt._count or n < 0 or (construct and _disabled):
+        if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
+            return None
+        return rt.device(n)                    # raises: not a device number
+    d = rt.manager.get_device(n)
+    seen = _loaded.get(id(d))
+    if seen is None or seen[1] != _registry.version:
         _load_images(d)
     return d
+
+
+# id(Device) -> (the Device, the registry version its images and globals are loaded for)
+_loaded: dict[int, tuple[Any, int]] = {}
 
 
 def _load_images(d: Any) -> None:
     """Each registered program's image on device `d`, its globals mapped for good (LLVM
     maps declare target variables, `link` reference pointers included, at load)."""
-    done = _ready.get(d)
-    if done is not None and len(done) == len(_registry.programs):
-        return
     with _init_lock:
+        version = _registry.version
         done = _ready.setdefault(d, set())
         for prog in list(_registry.programs.values()):
             if prog.desc in done:
@@ -96,6 +103,7 @@ def _load_images(d: Any) -> None:
                     if e.size > 0 and (e.flags == 0 or is_link(e)):
                         d.table.associate(e.addr, _registry.symbol(handle, e.name), e.size)
             done.add(prog.desc)
+        _loaded[id(d)] = (d, version)
 
 
 def _guard(default: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,6 +139,7 @@ def unregister_lib(desc: Any) -> None:
     if prog is None:
         return
     _live_libs -= 1
+    _KERNELS.clear()
     with _init_lock:
         for done in _ready.values():
             done.discard(prog.desc)
@@ -138,34 +147,53 @@ def unregister_lib(desc: Any) -> None:
 
 # ---- kernels --------------------------------------------------------------------------------
 _FN_TYPES: dict[int, Any] = {}
+_CALLABLE: dict[tuple[int, int], Any] = {}     # (address, arguments) -> cffi function
+_KERNELS: dict[tuple[int, int], tuple[int, str]] = {}   # (region id, device) -> (fn, name)
+_T_KARGS = ffi.typeof("KernelArgsTy *")
+_NO_DYN = 2**64 - 1                            # dyn_ptr = ~0, as LLVM's host plugin
 
 
 def _call_kernel(fn: int, args: list[int]) -> None:
     """kernel(~0, args...): every argument pointer-sized (LLVM's host plugin); the GIL is
     released while it runs."""
     n = len(args)
-    t = _FN_TYPES.get(n)
-    if t is None:
-        t = _FN_TYPES[n] = ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (n + 1))})")
-    ffi.cast(t, fn)(2**64 - 1, *args)
+    f = _CALLABLE.get((fn, n))
+    if f is None:
+        t = _FN_TYPES.get(n)
+        if t is None:
+            t = _FN_TYPES[n] = ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (n + 1))})")
+        f = _CALLABLE[(fn, n)] = ffi.cast(t, fn)
+    f(_NO_DYN, *args)
+
+
+def _kernel(dev: Any, host_ptr: int) -> tuple[int, str]:
+    """(address, name) of the kernel of region `host_ptr` in `dev`'s copy of its image."""
+    key = (host_ptr, dev.number)
+    hit = _KERNELS.get(key)
+    if hit is None:
+        prog, entry = _registry.kernel(host_ptr)
+        handle = _registry.load(prog, dev.number)
+        if handle is None:
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"kernel '{entry.name}' has no image for device {dev.number}")
+        hit = _KERNELS[key] = (_registry.symbol(handle, entry.name), entry.name)
+    return hit
 
 
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
             bases: Any) -> int:
     args, given = decoded
-    prog, entry = _registry.kernel(host_ptr)
-    handle = _registry.load(prog, dev.number)
-    if handle is None:
-        raise OffloadError(ErrorCode.INVALID_BINARY,
-                           f"kernel '{entry.name}' has no image for device {dev.number}")
-    fn = _registry.symbol(handle, entry.name)
+    fn, name = _kernel(dev, host_ptr)
+    if not args:                                 # nothing mapped, nothing passed
+        _call_kernel(fn, [])
+        return _OFFLOAD_SUCCESS
     maps.begin(dev, args, bases)
     try:
         kargs, private = maps.kernel_args(dev, given)
         try:
             if dev.table.info & 0x10:
                 sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel "
-                                 f"{entry.name} with {len(kargs)} argument(s)\n")
+                                 f"{name} with {len(kargs)} argument(s)\n")
             _call_kernel(fn, kargs)
         finally:
             for p in private:
@@ -178,14 +206,18 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
     return _OFFLOAD_SUCCESS
 
 
+_EMPTY: tuple[list[maps.Arg], list[maps.Arg]] = ([], [])
+
+
 def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_ptr: Any,
                   kargs: Any) -> int:
     d = _device(dev)
     if d is None:
         return _OFFLOAD_FAIL                   # the host fallback runs the region
-    k = ffi.cast("KernelArgsTy *", addr(kargs))
-    args = maps.decode(int(k.NumArgs), k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes,
-                       k.ArgNames, k.ArgMappers)
+    k = _cast(_T_KARGS, kargs)
+    n = k.NumArgs
+    args = maps.decode(n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes, k.ArgNames,
+                       k.ArgMappers) if n else _EMPTY
     try:
         return _launch(d, addr(host_ptr), args, k.ArgBasePtrs)
     except OffloadError as exc:

@@ -26,9 +26,13 @@ _ELF_MAGIC = b"\x7fELF"
 _EM_X86_64 = 62
 
 
+_T_UINTPTR = ffi.typeof("uintptr_t")
+_cast = ffi._backend.cast                  # cffi's cast without the type-name lookup
+
+
 def addr(p: Any) -> int:
     """A cdata pointer (of any FFI) as an int."""
-    return int(ffi.cast("uintptr_t", p)) if not isinstance(p, int) else p
+    return int(_cast(_T_UINTPTR, p)) if not isinstance(p, int) else p
 
 
 @dataclass
@@ -61,6 +65,7 @@ class Registry:
         self.programs: dict[int, Program] = {}
         self.kernels: dict[int, tuple[Program, Entry]] = {}
         self.requires = 0
+        self.version = 0                    # bumped by every (un)registration
         self._fds: list[int] = []
 
     def register(self, desc_addr: int) -> Program:
@@ -75,6 +80,7 @@ class Registry:
                 images.append(data)
         prog = Program(desc_addr, entries, images)
         with self.lock:
+            self.version += 1
             self.programs[desc_addr] = prog
             for e in entries:
                 if e.flags & ENTRY_REQUIRES:
@@ -86,6 +92,7 @@ class Registry:
 
     def unregister(self, desc_addr: int) -> Program | None:
         with self.lock:
+            self.version += 1
             prog = self.programs.pop(desc_addr, None)
             if prog is not None:
                 for e in prog.entries:
