@@ -177,3 +177,15 @@ def test_compile_openmp_shares_the_python_runtime(runtime):
         m.scale(a.astype(np.float32), 8, 2.0)
     with pytest.raises(AttributeError, match="defines: present, scale"):
         m.nope()
+
+
+def test_strided_update_where_llvm_drops_elements(tmp_path, ours):
+    """m[3:1][0:2:3] asks for columns 0 and 3 of row 3; LLVM 19 moves column 0 only.
+    offload moves both (and nothing else)."""
+    src = os.path.join(HERE, "capi", "strided_beyond_llvm.c.in")
+    exe = tmp_path / "strided"
+    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
+                   capture_output=True)
+    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    assert rc == 0, err
+    assert out.split() == ["-18", "19", "20", "-21", "22", "23"]

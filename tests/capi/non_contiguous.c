@@ -20,7 +20,6 @@ int main(void) {
   }
 #pragma omp target update from(a[1:8:3])
 #pragma omp target update from(m[0:2:2][0:3:2])
-#pragma omp target update from(m[3:1][0:2:3])
   for (int i = 0; i < 24; i++) printf("%g ", a[i]);
   printf("\n");
   for (int i = 0; i < 4; i++) {
