@@ -18,6 +18,8 @@ from typing import Any
 
 from .. import config, omp, omp_async, runtime
 from ..errors import ErrorCode, OffloadError
+from ..image import Binary
+from ..plugins import _cuda_openmp
 from ..runtime import current, operation
 from . import maps
 from .images import Program, Registry, _cast, addr, ffi, is_link
@@ -39,18 +41,32 @@ except (AttributeError, OSError):
 
 
 def _defaults() -> None:
-    """In a C program: LLVM's x86_64 plugin has four devices, and with only host images
-    there are host devices only (set before the runtime starts). A Python program that
-    loaded C code keeps its own settings and runtime."""
+    """Called at the library's first use."""
+
+
+def _rt() -> Any:
+    """The runtime. In a C program the library starts it at first use, after the
+    program's images were registered: LLVM 19's plugins for the images it carries (host
+    devices, four of them as LLVM's x86_64 plugin, for x86_64 images; CUDA devices for
+    nvptx ones), and OMP_TARGET_OFFLOAD applied by the constructs, as LLVM 19 does (it
+    keeps its devices when offloading is disabled: the device API still works on them).
+    A Python program that loaded C code keeps its own runtime and settings."""
     global _disabled
-    if getattr(sys, "_offload_capi_owns_python", False) and runtime._process.live is None:
-        os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
-        os.environ.setdefault("OFFLOAD_PLUGINS", "host")
-        cfg = config.read()
-        # LLVM 19 keeps its devices with OMP_TARGET_OFFLOAD=disabled (the device API
-        # still works on them); only constructs fall back to the host
-        _disabled = cfg.target_offload is config.TargetOffload.DISABLED
-        runtime.start(dataclasses.replace(cfg, target_offload=config.TargetOffload.DEFAULT))
+    rt = runtime._process.live
+    if rt is not None and not rt.closing:
+        return rt
+    if getattr(sys, "_offload_capi_owns_python", False) and rt is None:
+        with _init_lock:
+            if runtime._process.live is None:
+                kinds = _registry.kinds()
+                plugins = [p for p, k in (("cuda", "nvptx"), ("host", "x86_64")) if k in kinds]
+                os.environ.setdefault("OFFLOAD_PLUGINS", ",".join(plugins) or "host")
+                os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
+                cfg = config.read()
+                _disabled = cfg.target_offload is config.TargetOffload.DISABLED
+                runtime.start(dataclasses.replace(cfg,
+                                                  target_offload=config.TargetOffload.DEFAULT))
+    return current()
 
 
 def _fatal(msg: str) -> None:
@@ -62,7 +78,7 @@ def _fatal(msg: str) -> None:
 def _device_number(dev: int) -> int:
     if dev == -1:
         return _libomp.omp_get_default_device() if _libomp is not None else \
-            current().default_device
+            _rt().default_device
     return dev
 
 
@@ -71,7 +87,7 @@ def _device(dev: int, construct: bool = True) -> Any:
     device (and, for constructs, every device when offloading is disabled)."""
     rt = runtime._process.live
     if rt is None or rt.closing:
-        rt = current()
+        rt = _rt()
     n = dev if dev >= 0 else _device_number(dev)
     if n >= rt._count or n < 0 or (construct and _disabled):
         if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
@@ -97,22 +113,56 @@ def _load_images(d: Any) -> None:
         for prog in list(_registry.programs.values()):
             if prog.desc in done:
                 continue
-            handle = _registry.load(prog, d.number)
-            if handle is not None:
+            if d.plugin.name == "cuda" and "nvptx" in prog.images:
+                binary, program = _cuda_image(d, prog)
                 for e in prog.entries:
                     if e.size > 0 and (e.flags == 0 or is_link(e)):
-                        d.table.associate(e.addr, _registry.symbol(handle, e.name), e.size)
+                        g = _cuda_openmp.global_address(d.generic, program, e.name)
+                        if g is not None:
+                            d.table.associate(e.addr, g[0], e.size)
+            else:
+                handle = _registry.load(prog, d.number)
+                if handle is not None:
+                    for e in prog.entries:
+                        if e.size > 0 and (e.flags == 0 or is_link(e)):
+                            d.table.associate(e.addr, _registry.symbol(handle, e.name),
+                                              e.size)
             done.add(prog.desc)
         _loaded[id(d)] = (d, version)
 
 
-def _guard(default: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run an export's body as an offload operation; an error becomes LLVM's message and
+def _cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
+    """The program's nvptx image loaded on CUDA device `d` (environment written once)."""
+    binary = prog.loaded.get(("nvptx", d.number))
+    if binary is None:
+        binary = Binary.from_bytes(prog.images["nvptx"], None)
+        prog.loaded[("nvptx", d.number)] = binary
+    fresh = binary.digest not in d.generic._loaded
+    program = d.generic.load(binary)
+    if fresh:
+        _cuda_openmp.prepare(d.generic, program)
+    return binary, program
+
+
+def _guard(default: Any, fn: Callable[..., Any], runtime_op: bool = True
+           ) -> Callable[..., Any]:
+    """Run an export's body as an offload operation (`runtime_op`; else, for
+    registration, without starting the runtime); an error becomes LLVM's message and
     the failure value."""
+    if not runtime_op:
+        def plain(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except OffloadError as exc:
+                sys.stderr.write(f"omptarget error: {exc.message}\n")
+                return default
+        return plain
     op = operation(fn)
 
     def call(*args: Any) -> Any:
         try:
+            if runtime._process.live is None:
+                _rt()                          # started as the C program needs it
             return op(*args)
         except OffloadError as exc:
             sys.stderr.write(f"omptarget error: {exc.message}\n")
@@ -166,35 +216,62 @@ def _call_kernel(fn: int, args: list[int]) -> None:
     f(_NO_DYN, *args)
 
 
-def _kernel(dev: Any, host_ptr: int) -> tuple[int, str]:
-    """(address, name) of the kernel of region `host_ptr` in `dev`'s copy of its image."""
+def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
+    """(address, or nvptx Binary on a CUDA device; name) of the kernel of region
+    `host_ptr` in `dev`'s copy of its image."""
     key = (host_ptr, dev.number)
     hit = _KERNELS.get(key)
     if hit is None:
         prog, entry = _registry.kernel(host_ptr)
+        if dev.plugin.name == "cuda" and "nvptx" in prog.images:
+            hit = _KERNELS[key] = (_cuda_image(dev, prog)[0], entry.name)
+            return hit
         handle = _registry.load(prog, dev.number)
         if handle is None:
             raise OffloadError(ErrorCode.INVALID_BINARY,
-                               f"kernel '{entry.name}' has no image for device {dev.number}")
+                               f"kernel '{entry.name}' has no image for device {dev.number} "
+                               f"({dev.plugin.name})")
         hit = _KERNELS[key] = (_registry.symbol(handle, entry.name), entry.name)
     return hit
 
 
+def _run_kernel(dev: Any, fn: Any, name: str, kargs: list[int], teams: int, threads: int,
+                tripcount: int) -> None:
+    """Run the kernel: a host function called in place, or an nvptx kernel launched with
+    LLVM 19's geometry and its launch environment as argument 0."""
+    if isinstance(fn, int):
+        _call_kernel(fn, kargs)
+        return
+    g = dev.generic
+    program = g.load(fn)
+    env = _cuda_openmp.kernel_environment(g, program, name)
+    blocks, block = _cuda_openmp.geometry(g, env, teams, threads, tripcount)
+    launch_env, allocs = _cuda_openmp.launch_environment(g, env, blocks)
+    try:
+        if dev.table.info & 0x10:
+            sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel {name} "
+                             f"with {blocks} blocks and {block} threads\n")
+        dev.plugin.launch_kernel(dev.local_id, fn, name, [launch_env, *kargs], blocks, block)
+    finally:
+        for p in allocs:
+            g.free(p)
+
+
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
-            bases: Any) -> int:
+            bases: Any, teams: int = -1, threads: int = -1, tripcount: int = 0) -> int:
     args, given = decoded
     fn, name = _kernel(dev, host_ptr)
     if not args:                                 # nothing mapped, nothing passed
-        _call_kernel(fn, [])
+        _run_kernel(dev, fn, name, [], teams, threads, tripcount)
         return _OFFLOAD_SUCCESS
     maps.begin(dev, args, bases)
     try:
         kargs, private = maps.kernel_args(dev, given)
         try:
-            if dev.table.info & 0x10:
+            if dev.table.info & 0x10 and isinstance(fn, int):
                 sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel "
                                  f"{name} with {len(kargs)} argument(s)\n")
-            _call_kernel(fn, kargs)
+            _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
         finally:
             for p in private:
                 dev.free(p)
@@ -219,7 +296,8 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
     args = maps.decode(n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes, k.ArgNames,
                        k.ArgMappers) if n else _EMPTY
     try:
-        return _launch(d, addr(host_ptr), args, k.ArgBasePtrs)
+        return _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
+                       int(k.Tripcount))
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         _fatal("failure of target construct while offloading is mandatory")
@@ -266,16 +344,17 @@ def _ptr(v: int) -> Any:
 
 
 def _num_devices() -> int:
-    return current().num_devices()
+    return _rt().num_devices()
 
 
 def bind(lib_ffi: Any) -> None:
     """Install every export's body (cffi's def_extern) on the library's ffi."""
     _defaults()
 
-    def ext(name: str, default: Any = None) -> Callable[[Callable[..., Any]], None]:
+    def ext(name: str, default: Any = None, runtime_op: bool = True
+            ) -> Callable[[Callable[..., Any]], None]:
         def put(fn: Callable[..., Any]) -> None:
-            lib_ffi.def_extern(name=f"_offload_{name}")(_guard(default, fn))
+            lib_ffi.def_extern(name=f"_offload_{name}")(_guard(default, fn, runtime_op))
         return put
 
     def data(kind: str, legacy: bool) -> Callable[..., None]:
@@ -292,9 +371,9 @@ def bind(lib_ffi: Any) -> None:
         ext(f"{base}_mapper")(data(kind, False))
         ext(f"{base}_nowait_mapper")(data(kind, False))
 
-    ext("__tgt_register_lib")(register_lib)
-    ext("__tgt_unregister_lib")(unregister_lib)
-    ext("__tgt_register_requires")(lambda flags: None)   # clang 19: via the entry table
+    ext("__tgt_register_lib", runtime_op=False)(register_lib)
+    ext("__tgt_unregister_lib", runtime_op=False)(unregister_lib)
+    ext("__tgt_register_requires", runtime_op=False)(lambda flags: None)   # via the entries
     ext("__tgt_init_all_rtls")(lambda: [_device(i) for i in range(_num_devices())] and None)
     ext("__tgt_rtl_init")(lambda: None)
     ext("__tgt_rtl_deinit")(lambda: None)
@@ -448,7 +527,7 @@ def _record_replay(*args: Any) -> int:
 
 
 def _set_info(flags: int) -> None:
-    for d in current().manager.initialized():
+    for d in _rt().manager.initialized():
         d.table.info = int(flags)
 
 

@@ -23,7 +23,7 @@ char *dlerror(void);
 _libdl = ffi.dlopen(None)
 _RTLD_NOW, _RTLD_LOCAL = 0x2, 0x0
 _ELF_MAGIC = b"\x7fELF"
-_EM_X86_64 = 62
+_MACHINES = {62: "x86_64", 190: "nvptx"}        # ELF e_machine of the images we run
 
 
 _T_UINTPTR = ffi.typeof("uintptr_t")
@@ -52,8 +52,8 @@ class Program:
 
     desc: int
     entries: list[Entry]
-    images: list[bytes]                     # x86_64 ELF images (others are not ours yet)
-    loaded: dict[int, Any] = field(default_factory=dict)     # device number -> handle
+    images: dict[str, bytes]                # "x86_64" / "nvptx" -> the raw inner ELF image
+    loaded: dict[Any, Any] = field(default_factory=dict)     # device number -> handle
     requires: int = 0
 
 
@@ -71,13 +71,15 @@ class Registry:
     def register(self, desc_addr: int) -> Program:
         desc = ffi.cast("__tgt_bin_desc *", desc_addr)
         entries = [_entry(e) for e in _entries(desc.HostEntriesBegin, desc.HostEntriesEnd)]
-        images = []
+        images: dict[str, bytes] = {}
         for i in range(desc.NumDeviceImages):
             img = desc.DeviceImages[i]
             start, end = addr(img.ImageStart), addr(img.ImageEnd)
             data = ffi.buffer(ffi.cast("char *", start), end - start)[:]
-            if data[:4] == _ELF_MAGIC and int.from_bytes(data[18:20], "little") == _EM_X86_64:
-                images.append(data)
+            kind = _MACHINES.get(int.from_bytes(data[18:20], "little")) \
+                if data[:4] == _ELF_MAGIC else None
+            if kind is not None:
+                images.setdefault(kind, data)
         prog = Program(desc_addr, entries, images)
         with self.lock:
             self.version += 1
@@ -108,15 +110,20 @@ class Registry:
                                f"no registered kernel has host region id 0x{host_ptr:x}")
         return found
 
+    def kinds(self) -> set[str]:
+        """The kinds of device image the registered programs carry."""
+        with self.lock:
+            return {k for p in self.programs.values() for k in p.images}
+
     def load(self, prog: Program, device: int) -> Any:
-        """The program's x86_64 image loaded for `device` (each device its own copy, as
-        LLVM's host plugin), or None when it has none."""
+        """The program's x86_64 image loaded for host device `device` (each device its
+        own copy, as LLVM's host plugin), or None when it has none."""
         with self.lock:
             handle = prog.loaded.get(device)
-            if handle is not None or not prog.images:
+            if handle is not None or "x86_64" not in prog.images:
                 return handle
             fd = os.memfd_create(f"offload-image-{device}", getattr(os, "MFD_CLOEXEC", 0))
-            view = memoryview(prog.images[0])
+            view = memoryview(prog.images["x86_64"])
             while view:
                 view = view[os.write(fd, view):]
             handle = _libdl.dlopen(f"/proc/self/fd/{fd}".encode(), _RTLD_NOW | _RTLD_LOCAL)

@@ -73,6 +73,8 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                             int *options, void **optionValues);
 CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+                              const char *name);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
                             size_t *paramSize);
@@ -129,7 +131,8 @@ ATTRIBUTES = {                                      # CU_DEVICE_ATTRIBUTE_*
     "compute capability minor": 76, "unified addressing": 41, "async engines": 40,
     "pci bus id": 33, "pageable memory access": 88, "host register supported": 99,
     "read-only host register supported": 113, "max grid dim x": 5,
-    "max shared memory per block optin": 97,
+    "max shared memory per block optin": 97, "clock rate": 13,
+    "max threads per multiprocessor": 39,
 }
 
 ffi = cffi.FFI()

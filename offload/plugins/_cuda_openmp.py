@@ -1,0 +1,140 @@
+"""What clang-19's OpenMP nvptx images need from the CUDA plugin (LLVM 19's
+plugins-nextgen CUDA plugin and DeviceRTL conventions): the device environment and the
+device memory pool written at load, the kernel environment read for the launch geometry,
+and a kernel launch environment passed as argument 0 of every launch."""
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ErrorCode, OffloadError
+from ._cuda_driver import ffi
+from .common import AllocKind
+
+CUDADevice = Any                   # plugins.cuda.CUDADevice (a layer above this module)
+WARP = 32
+DEFAULT_THREADS = 128              # LLVM's default block size for NVIDIA GPUs
+POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
+EXEC_GENERIC, EXEC_SPMD, EXEC_GENERIC_SPMD = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class KernelEnvironment:
+    """The first 28 bytes of `<kernel>_kernel_environment` (ConfigurationEnvironmentTy)."""
+
+    exec_mode: int
+    min_threads: int
+    max_threads: int
+    min_teams: int
+    max_teams: int
+    reduction_data_size: int
+    reduction_buffer_length: int
+
+    @classmethod
+    def parse(cls, raw: bytes) -> KernelEnvironment:
+        _generic_sm, _nested, mode, *ints = struct.unpack_from("<BBBx6i", raw)
+        return cls(mode, *ints)
+
+
+_lock = threading.Lock()
+
+
+def global_address(dev: CUDADevice, program: Any, name: str) -> tuple[int, int] | None:
+    """(device address, size) of a module global, or None when the module has none."""
+    dptr, size = ffi.new("CUdeviceptr *"), ffi.new("size_t *")
+    dev.activate()
+    if dev.plugin.drv.lib.cuModuleGetGlobal_v2(dptr, size, program, name.encode()) != 0:
+        return None
+    return int(dptr[0]), int(size[0])
+
+
+def _write(dev: CUDADevice, addr: int, data: bytes) -> None:
+    buf = np.frombuffer(bytearray(data), dtype=np.uint8)
+    dev.plugin.data_submit(dev.id, addr, buf.ctypes.data, len(data))
+
+
+def _read(dev: CUDADevice, addr: int, n: int) -> bytes:
+    buf = np.zeros(n, dtype=np.uint8)
+    dev.plugin.data_retrieve(dev.id, buf.ctypes.data, addr, n)
+    return buf.tobytes()
+
+
+def prepare(dev: CUDADevice, program: Any) -> None:
+    """Once per loaded image: DeviceEnvironmentTy into `__omp_rtl_device_environment` and
+    a device heap into `__omp_rtl_device_memory_pool` (LLVM 19's layouts)."""
+    env = global_address(dev, program, "__omp_rtl_device_environment")
+    if env is not None:
+        sms = dev._attr("multiprocessors")
+        clock_khz = dev._attr("clock rate")
+        threads_per_sm = dev._attr("max threads per multiprocessor")
+        data = struct.pack("<4I4Q", 0, dev.plugin.number_of_devices(), dev.id, 0,
+                           clock_khz * 1000, 0, 0, sms * threads_per_sm)
+        _write(dev, env[0], data[:env[1]])
+    pool = global_address(dev, program, "__omp_rtl_device_memory_pool")
+    if pool is not None:
+        with _lock:
+            heap = getattr(dev, "_omp_heap", None)
+            if heap is None:
+                heap = dev.alloc(POOL_BYTES, AllocKind.DEVICE)
+                dev._omp_heap = heap              # type: ignore[attr-defined]
+        _write(dev, pool[0], struct.pack("<QQ", heap, POOL_BYTES)[:pool[1]])
+
+
+def kernel_environment(dev: CUDADevice, program: Any, name: str) -> KernelEnvironment:
+    cache: dict = dev.__dict__.setdefault("_omp_envs", {})
+    found = cache.get((id(program), name))
+    if found is None:
+        g = global_address(dev, program, f"{name}_kernel_environment")
+        if g is None:
+            raise OffloadError(ErrorCode.INVALID_BINARY,
+                               f"kernel '{name}' has no kernel environment: not an OpenMP "
+                               f"offload kernel of clang 19")
+        found = cache[(id(program), name)] = KernelEnvironment.parse(_read(dev, g[0], 28))
+    return found
+
+
+def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_limit: int,
+             tripcount: int) -> tuple[int, int]:
+    """(blocks, threads per block) as LLVM 19 chooses them: the thread_limit clause or
+    the default, capped by the kernel's MaxThreads, plus one warp for the main thread in
+    generic mode; the num_teams clause, else enough blocks for the loop's trip count in
+    SPMD modes (capped by the kernel's MaxTeams), else one block per SM."""
+    threads = thread_limit if thread_limit > 0 else DEFAULT_THREADS
+    if env.max_threads > 0:
+        threads = min(threads, env.max_threads)
+    if env.exec_mode == EXEC_GENERIC:
+        threads += WARP
+    threads = max(1, min(threads, dev.max_block))
+    if num_teams > 0:
+        blocks = num_teams
+    elif num_teams < 0:
+        blocks = 1                                  # a target region without teams
+    elif tripcount > 0 and env.exec_mode != EXEC_GENERIC:
+        blocks = (tripcount - 1) // threads + 1
+    else:
+        blocks = dev._attr("multiprocessors")
+    if env.max_teams > 0:
+        blocks = min(blocks, env.max_teams)
+    return max(1, min(blocks, dev.max_grid)), threads
+
+
+def launch_environment(dev: CUDADevice, env: KernelEnvironment,
+                       blocks: int) -> tuple[int, list[int]]:
+    """A KernelLaunchEnvironmentTy {u32 ReductionCnt, u32 ReductionIterCnt, void *Buffer}
+    on the device (argument 0), with a reduction buffer where the kernel reduces; the
+    allocations to free after the launch."""
+    allocs = []
+    buffer = 0
+    if env.reduction_data_size:
+        n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
+        buffer = dev.alloc(n, AllocKind.DEVICE)
+        allocs.append(buffer)
+        dev.plugin.data_fill(dev.id, buffer, 0, n)
+    addr = dev.alloc(16, AllocKind.DEVICE)
+    allocs.append(addr)
+    _write(dev, addr, struct.pack("<IIQ", 0, 0, buffer))
+    return addr, allocs
