@@ -81,7 +81,8 @@ def main() -> None:
         return
     from offload.capi import libdir
     lib = libdir()
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{lib}:{os.path.dirname(os.path.abspath(args.binary))}")
+    here = os.path.dirname(os.path.abspath(args.binary))
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{lib}:{here}:{os.path.dirname(here)}")
     env.pop("OFFLOAD_PLUGINS", None)
     out = subprocess.run([args.binary, str(args.mib)], capture_output=True, text=True,
                          env=env, check=True).stdout
