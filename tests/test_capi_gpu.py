@@ -12,7 +12,8 @@ import pytest
 
 from tests.test_cuda_faults import NUM, WHY
 
-PROGRAMS = os.environ.get("OFFLOAD_NVPTX_PROGRAMS", "")
+PROGRAMS = os.path.abspath(os.environ["OFFLOAD_NVPTX_PROGRAMS"]) \
+    if os.environ.get("OFFLOAD_NVPTX_PROGRAMS") else ""
 HAVE = bool(PROGRAMS) and os.path.isdir(os.path.join(PROGRAMS, "nvptx"))
 pytestmark = [
     pytest.mark.skipif(NUM == 0, reason=f"no CUDA device: {WHY}"),
