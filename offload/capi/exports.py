@@ -190,6 +190,8 @@ def unregister_lib(desc: Any) -> None:
         return
     _live_libs -= 1
     _KERNELS.clear()
+    if _live_libs == 0:
+        _stop_profile()
     with _init_lock:
         for done in _ready.values():
             done.discard(prog.desc)
@@ -347,9 +349,29 @@ def _num_devices() -> int:
     return _rt().num_devices()
 
 
+_profile: Any = None
+
+
+def _start_profile() -> None:
+    """OFFLOAD_CAPI_PROFILE=path: profile the exports (cProfile) of a C program; the
+    statistics are written when its last library unregisters (at its exit)."""
+    global _profile
+    if os.environ.get("OFFLOAD_CAPI_PROFILE"):
+        import cProfile
+        _profile = cProfile.Profile()
+        _profile.enable()
+
+
+def _stop_profile() -> None:
+    if _profile is not None:
+        _profile.disable()
+        _profile.dump_stats(os.environ["OFFLOAD_CAPI_PROFILE"])
+
+
 def bind(lib_ffi: Any) -> None:
     """Install every export's body (cffi's def_extern) on the library's ffi."""
     _defaults()
+    _start_profile()
 
     def ext(name: str, default: Any = None, runtime_op: bool = True
             ) -> Callable[[Callable[..., Any]], None]:

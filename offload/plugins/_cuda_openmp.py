@@ -43,6 +43,13 @@ class KernelEnvironment:
 _lock = threading.Lock()
 
 
+def _sms(dev: CUDADevice) -> int:
+    n = getattr(dev, "_omp_sms", None)
+    if n is None:
+        n = dev._omp_sms = dev._attr("multiprocessors")
+    return int(n)
+
+
 def global_address(dev: CUDADevice, program: Any, name: str) -> tuple[int, int] | None:
     """(device address, size) of a module global, or None when the module has none."""
     dptr, size = ffi.new("CUdeviceptr *"), ffi.new("size_t *")
@@ -116,7 +123,7 @@ def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_lim
     elif tripcount > 0 and env.exec_mode != EXEC_GENERIC:
         blocks = (tripcount - 1) // threads + 1
     else:
-        blocks = dev._attr("multiprocessors")
+        blocks = _sms(dev)
     if env.max_teams > 0:
         blocks = min(blocks, env.max_teams)
     return max(1, min(blocks, dev.max_grid)), threads
@@ -125,15 +132,21 @@ def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_lim
 def launch_environment(dev: CUDADevice, env: KernelEnvironment,
                        blocks: int) -> tuple[int, list[int]]:
     """A KernelLaunchEnvironmentTy {u32 ReductionCnt, u32 ReductionIterCnt, void *Buffer}
-    on the device (argument 0), with a reduction buffer where the kernel reduces; the
-    allocations to free after the launch."""
-    allocs = []
-    buffer = 0
-    if env.reduction_data_size:
-        n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
-        buffer = dev.alloc(n, AllocKind.DEVICE)
-        allocs.append(buffer)
-        dev.plugin.data_fill(dev.id, buffer, 0, n)
+    on the device (argument 0): for a kernel that reduces, a fresh one with a zeroed
+    reduction buffer (the allocations to free after the launch are returned); for any
+    other, one zeroed environment per device, made once (nothing writes it)."""
+    if not env.reduction_data_size:
+        with _lock:
+            shared = getattr(dev, "_omp_launch_env", None)
+            if shared is None:
+                shared = dev.alloc(16, AllocKind.DEVICE)
+                _write(dev, shared, bytes(16))
+                dev._omp_launch_env = shared
+        return shared, []
+    n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
+    buffer = dev.alloc(n, AllocKind.DEVICE)
+    allocs = [buffer]
+    dev.plugin.data_fill(dev.id, buffer, 0, n)
     addr = dev.alloc(16, AllocKind.DEVICE)
     allocs.append(addr)
     _write(dev, addr, struct.pack("<IIQ", 0, 0, buffer))
