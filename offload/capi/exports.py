@@ -22,6 +22,7 @@ from ..image import Binary
 from ..plugins import _cuda_openmp
 from ..runtime import current, operation
 from . import maps
+from .abi import ENTRY_INDIRECT
 from .images import Program, Registry, _cast, addr, ffi, is_link
 
 _registry = Registry()
@@ -140,7 +141,8 @@ def _cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
     fresh = binary.digest not in d.generic._loaded
     program = d.generic.load(binary)
     if fresh:
-        _cuda_openmp.prepare(d.generic, program)
+        _cuda_openmp.prepare(d.generic, program, tuple(
+            (e.addr, e.name) for e in prog.entries if e.flags & ENTRY_INDIRECT))
     return binary, program
 
 

@@ -4,6 +4,7 @@ the same runtime as the Python API and see the mappings made from Python."""
 from __future__ import annotations
 
 import ctypes
+import glob
 import hashlib
 import os
 import shutil
@@ -20,6 +21,7 @@ from ..compiler import cache_directory, compiler_identity
 from ..errors import ErrorCode, OffloadError
 from ..image import c_prototypes
 from ..plugins.args import check_arguments, params_from_prototype
+from ..runtime import current
 from .abi import SONAME
 from .build import libdir
 
@@ -82,10 +84,27 @@ class OpenMPModule:
         return call
 
 
+def _cuda_targets(llvm_lib: str) -> tuple[list[str], dict[str, str]]:
+    """With a CUDA device and a CUDA toolkit: the flags that add its nvptx image (and the
+    environment that finds LLVM's device runtime); else nothing."""
+    m = current().manager
+    arch = next((p.architecture(0) for p in m.plugins if p.name == "cuda"
+                 and p.number_of_devices()), None)
+    roots = [os.environ.get("CUDA_PATH", ""), "/usr/local/cuda", *sorted(
+        glob.glob("/usr/local/cuda-*"), reverse=True)]
+    toolkit = next((r for r in roots if r and os.path.exists(os.path.join(r, "bin", "ptxas"))),
+                   None)
+    if arch is None or toolkit is None:
+        return [], {}
+    return ([f"--offload-arch={arch}", f"--cuda-path={toolkit}"],
+            {"LIBRARY_PATH": llvm_lib})
+
+
 def compile_openmp(source: str, *, flags: tuple[str, ...] = ("-O2",),
                    clang: str | None = None, cache_dir: str | None = None) -> OpenMPModule:
-    """Compile C with OpenMP target regions (clang-19, x86_64 offloading) and load it on
-    offload's runtime.
+    """Compile C with OpenMP target regions (clang-19: x86_64 offloading, plus an nvptx
+    image for the CUDA devices' architecture where there are CUDA devices and a CUDA
+    toolkit) and load it on offload's runtime.
 
     Args:
         source: C source; its external functions become the module's functions.
@@ -115,8 +134,9 @@ def compile_openmp(source: str, *, flags: tuple[str, ...] = ("-O2",),
                            "libomp-19-dev)")
     cfg = _config.read()
     directory = cache_directory(cache_dir or cfg.cache_dir)
-    cmd = [clang, "-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu", "-shared", "-fPIC",
-           *flags]
+    gpu, env = _cuda_targets(_llvm_libdir(clang))
+    targets = "x86_64-unknown-linux-gnu" + (",nvptx64-nvidia-cuda" if gpu else "")
+    cmd = [clang, "-fopenmp", f"-fopenmp-targets={targets}", *gpu, "-shared", "-fPIC", *flags]
     key = hashlib.sha256("\0".join((compiler_identity(clang), " ".join(cmd), source))
                          .encode()).hexdigest()[:40]
     out = os.path.join(directory, f"omp-{key}.so")
@@ -126,7 +146,8 @@ def compile_openmp(source: str, *, flags: tuple[str, ...] = ("-O2",),
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(source)
-            res = subprocess.run([*cmd, src, "-o", tmp], capture_output=True, text=True)
+            res = subprocess.run([*cmd, src, "-o", tmp], capture_output=True, text=True,
+                                 env={**os.environ, **env})
             if res.returncode:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"compile_openmp failed ({' '.join(cmd)}):\n"

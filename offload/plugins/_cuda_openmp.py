@@ -70,16 +70,37 @@ def _read(dev: CUDADevice, addr: int, n: int) -> bytes:
     return buf.tobytes()
 
 
-def prepare(dev: CUDADevice, program: Any) -> None:
-    """Once per loaded image: DeviceEnvironmentTy into `__omp_rtl_device_environment` and
-    a device heap into `__omp_rtl_device_memory_pool` (LLVM 19's layouts)."""
+def _indirect_table(dev: CUDADevice, program: Any,
+                    indirect: list[tuple[int, str]]) -> tuple[int, int]:
+    """The indirect call table {host function, device function} sorted by host address
+    (device functions read from the image's globals of the entries' names), on the
+    device: (address, entries), (0, 0) for none."""
+    pairs = []
+    for host, name in indirect:
+        g = global_address(dev, program, name)
+        if g is not None and g[1] >= 8:
+            pairs.append((host, struct.unpack("<Q", _read(dev, g[0], 8))[0]))
+    if not pairs:
+        return 0, 0
+    pairs.sort()
+    table = dev.alloc(16 * len(pairs), AllocKind.DEVICE)
+    _write(dev, table, b"".join(struct.pack("<QQ", h, d) for h, d in pairs))
+    return table, len(pairs)
+
+
+def prepare(dev: CUDADevice, program: Any,
+            indirect: tuple[tuple[int, str], ...] = ()) -> None:
+    """Once per loaded image: DeviceEnvironmentTy into `__omp_rtl_device_environment`
+    (with the indirect call table of `indirect`, (host address, entry name) pairs) and a
+    device heap into `__omp_rtl_device_memory_pool` (LLVM 19's layouts)."""
     env = global_address(dev, program, "__omp_rtl_device_environment")
     if env is not None:
         sms = dev._attr("multiprocessors")
         clock_khz = dev._attr("clock rate")
         threads_per_sm = dev._attr("max threads per multiprocessor")
+        table, count = _indirect_table(dev, program, list(indirect))
         data = struct.pack("<4I4Q", 0, dev.plugin.number_of_devices(), dev.id, 0,
-                           clock_khz * 1000, 0, 0, sms * threads_per_sm)
+                           clock_khz * 1000, table, count, sms * threads_per_sm)
         _write(dev, env[0], data[:env[1]])
     pool = global_address(dev, program, "__omp_rtl_device_memory_pool")
     if pool is not None:
