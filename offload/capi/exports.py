@@ -249,7 +249,8 @@ def _run_kernel(dev: Any, fn: Any, name: str, kargs: list[int], teams: int, thre
     g = dev.generic
     program = g.load(fn)
     env = _cuda_openmp.kernel_environment(g, program, name)
-    blocks, block = _cuda_openmp.geometry(g, env, teams, threads, tripcount)
+    blocks, block = _cuda_openmp.geometry(g, env, teams, threads, tripcount,
+                                          g.kernel(fn, name).handle[1])
     launch_env, allocs = _cuda_openmp.launch_environment(g, env, blocks)
     try:
         if dev.table.info & 0x10:

@@ -126,17 +126,18 @@ def kernel_environment(dev: CUDADevice, program: Any, name: str) -> KernelEnviro
 
 
 def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_limit: int,
-             tripcount: int) -> tuple[int, int]:
+             tripcount: int, kernel_max: int = 1024) -> tuple[int, int]:
     """(blocks, threads per block) as LLVM 19 chooses them: the thread_limit clause or
     the default, capped by the kernel's MaxThreads, plus one warp for the main thread in
     generic mode; the num_teams clause, else enough blocks for the loop's trip count in
-    SPMD modes (capped by the kernel's MaxTeams), else one block per SM."""
+    SPMD modes (capped by the kernel's MaxTeams), else one block per SM. The block never
+    exceeds what the compiled kernel allows (`kernel_max`: its registers limit it)."""
     threads = thread_limit if thread_limit > 0 else DEFAULT_THREADS
     if env.max_threads > 0:
         threads = min(threads, env.max_threads)
     if env.exec_mode == EXEC_GENERIC:
         threads += WARP
-    threads = max(1, min(threads, dev.max_block))
+    threads = max(1, min(threads, dev.max_block, kernel_max))
     if num_teams > 0:
         blocks = num_teams
     elif num_teams < 0:
