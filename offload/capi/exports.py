@@ -257,6 +257,7 @@ def _run_kernel(dev: Any, fn: Any, name: str, kargs: list[int], teams: int, thre
             sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel {name} "
                              f"with {blocks} blocks and {block} threads\n")
         dev.plugin.launch_kernel(dev.local_id, fn, name, [launch_env, *kargs], blocks, block)
+        _cuda_openmp.flush_printf(g, fn)
     finally:
         for p in allocs:
             g.free(p)

@@ -151,6 +151,21 @@ def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_lim
     return max(1, min(blocks, dev.max_grid)), threads
 
 
+_PRINTS: dict[str, bool] = {}        # image digest -> whether it calls vprintf
+
+
+def flush_printf(dev: CUDADevice, binary: Any) -> None:
+    """Device printf (CUDA's vprintf) reaches the host only at a synchronizing call,
+    which polling for completion is not: after a kernel of an image that prints, one
+    context synchronize (nothing is pending by then)."""
+    prints = _PRINTS.get(binary.digest)
+    if prints is None:
+        prints = _PRINTS[binary.digest] = b"vprintf" in binary.data
+    if prints:
+        dev.activate()
+        dev.plugin.drv.check(dev.plugin.drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
 def launch_environment(dev: CUDADevice, env: KernelEnvironment,
                        blocks: int) -> tuple[int, list[int]]:
     """A KernelLaunchEnvironmentTy {u32 ReductionCnt, u32 ReductionIterCnt, void *Buffer}
