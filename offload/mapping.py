@@ -347,7 +347,8 @@ class MappingTable:
                     self._remove(e)                # nobody new finds it ...
                     c.dying.append(e)
                     dying, mine = e, c.own.get(id(e), 0)
-                    self._idle.wait_for(lambda: dying.busy <= mine)   # ... work in flight ends
+                    if dying.busy > mine:                # ... work in flight ends
+                        self._idle.wait_for(lambda: dying.busy <= mine)
                 elif self.info & _I_EXISTS:
                     self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
                               f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "

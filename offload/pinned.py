@@ -296,9 +296,9 @@ class PinnedMap:
 
     def translate(self, p: int, n: int, device: int) -> list[tuple[int, int, int | None]]:
         """Split [p, p+n) at entry boundaries: (offset, length, device address or None)."""
+        if not self._starts:
+            return [(0, n, None)]           # nothing pinned at all (no lock needed)
         with self._lock:
-            if not self._starts:
-                return [(0, n, None)]
             ov = self._overlapping(p, p + n)
         pieces: list[tuple[int, int, int | None]] = []
         pos = p

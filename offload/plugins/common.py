@@ -593,8 +593,8 @@ class GenericPlugin(Generic[DeviceT]):
         containing it, or pin it per LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS.
         Returns the device-accessible address, or None when it stays unpinned."""
         mode = self.config.lock_mapped
-        if size <= 0:
-            return None
+        if size <= 0 or (mode is LockMapped.OFF and not self.pinned._starts):
+            return None                 # nothing pinned, nothing to pin: no lock taken
         try:
             return self.pinned.acquire(self, host, size, d, kind=Kind.MAPPED, owner=owner,
                                        read_only=read_only, create=mode is not LockMapped.OFF,
