@@ -150,8 +150,11 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
     """The region; `on_stream`: its work is only queued on `stream_queue`, and the
     entries it uses stay marked in use, returned for `release_busy` once the queue ran
     (an entry the region unmaps still waits for the queue before it is freed)."""
-    items = map_items(maps, _TOFROM, "target: map") if maps else []
     table = dev.table
+    if not args and not maps and stream_queue is None and not table.info:
+        dev.launch(kernel, (), teams, threads, None, binary, shared_mem)   # nothing mapped
+        return [] if on_stream else None
+    items = map_items(maps, _TOFROM, "target: map") if maps else []
     spans: list[tuple[int, int] | None] = []
     for a in args:
         if not isinstance(a, np.ndarray):
