@@ -189,3 +189,18 @@ def test_strided_update_where_llvm_drops_elements(tmp_path, ours):
     rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
     assert rc == 0, err
     assert out.split() == ["-18", "19", "20", "-21", "22", "23"]
+
+
+def test_interop_objects_where_llvm_crashes(tmp_path, ours):
+    """`#pragma omp interop init(targetsync: obj) device(0)` on a host device: LLVM 19
+    segfaults; offload makes an object that names the device (other properties: no value,
+    omp_irc_no_value) and destroy resets it to omp_interop_none."""
+    src = os.path.join(HERE, "capi", "interop_beyond_llvm.c.in")
+    exe = tmp_path / "interop"
+    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
+                   capture_output=True)
+    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
+        "targetsync null 1 rc 1", "name of fr_id: fr_id, type int", "destroyed, none: 1"]
