@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the CPU machine (clang-19, clang-tools-19, libomp-19-dev, the CUDA toolkit): build what
 # the GPU machine runs for the drop-in libomptarget's GPU checks, into DIR (default
-# .gpucarry, to carry): tests/capi/*.c for nvptx (sm_90) with the output of each under
+# .gpucarry, to carry): tests/capi/*.c and *.cpp for nvptx (sm_90) with the output of each under
 # LLVM 19's own runtime on the host (x86_64 offloading) to compare with, bench/capi_gpu.c,
 # and libomp.so.5. There: OFFLOAD_NVPTX_PROGRAMS=DIR python3 -m pytest tests/test_capi_gpu.py
 # and python3 bench/capi_gpu.py DIR/bench/capi_gpu.
@@ -12,12 +12,14 @@ llvm=/usr/lib/llvm-19/lib
 cuda=$(ls -d /usr/local/cuda-13* /usr/local/cuda 2>/dev/null | head -1)
 rm -rf "$out" && mkdir -p "$out/nvptx" "$out/expected" "$out/host"
 cp "$llvm/libomp.so.5" "$out/"
-for src in tests/capi/*.c; do
-  n=$(basename "$src" .c)
+for src in tests/capi/*.c tests/capi/*.cpp; do
+  n=$(basename "${src%.*}")
   [ "$n" = shared_lib ] && continue
-  LIBRARY_PATH=$llvm clang-19 -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \
+  cc=clang-19
+  [ "${src##*.}" = cpp ] && cc=clang++-19
+  LIBRARY_PATH=$llvm $cc -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \
     --offload-arch=sm_90 --cuda-path="$cuda" "$src" -o "$out/nvptx/$n" 2>/dev/null
-  clang-19 -O1 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu "$src" -o "$out/host/$n"
+  $cc -O1 -fopenmp -fopenmp-targets=x86_64-unknown-linux-gnu "$src" -o "$out/host/$n"
   rc=0
   (cd /tmp && LD_LIBRARY_PATH=$llvm timeout 120 "$OLDPWD/$out/host/$n" \
      > "$OLDPWD/$out/expected/$n.txt" 2>/dev/null) || rc=$?

@@ -23,8 +23,9 @@ HAVE_LLVM = os.path.exists(os.path.join(LLVM_LIB, "libomptarget.so.19.1")) and \
 WHY = ("clang-19 not installed" if not CLANG else
        "LLVM 19's libomptarget (libomp-19-dev) not installed" if not HAVE_LLVM else "")
 pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
-PROGRAMS = sorted(p for p in glob.glob(os.path.join(HERE, "capi", "*.c"))
-                  if not p.endswith("shared_lib.c"))
+PROGRAMS = sorted(p for p in glob.glob(os.path.join(HERE, "capi", "*.c*"))
+                  if p.endswith((".c", ".cpp")) and not p.endswith("shared_lib.c"))
+CLANGXX = shutil.which("clang++-19")
 TARGET = ["-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu"]
 
 
@@ -38,8 +39,9 @@ def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("capi")
     exes = {}
     for src in PROGRAMS:
-        exe = out / os.path.basename(src)[:-2]
-        subprocess.run([CLANG, *TARGET, "-O1", src, "-o", str(exe)], check=True,
+        exe = out / os.path.splitext(os.path.basename(src))[0]
+        cc = CLANGXX if src.endswith(".cpp") else CLANG
+        subprocess.run([cc, *TARGET, "-O1", src, "-o", str(exe)], check=True,
                        capture_output=True)
         exes[os.path.basename(src)] = str(exe)
     return exes

@@ -219,9 +219,10 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
     Returns (arguments, private allocations to free after the launch)."""
     out: list[int] = []
     private: list[int] = []
+    copies: dict[int, int] = {}                # argument index -> its private device copy
     table = dev.table
     try:
-        for a in args:
+        for i, a in enumerate(args):
             if not a.type & _TARGET_PARAM or a.type & MEMBER_OF_MASK:
                 continue
             if a.type & _LITERAL:
@@ -229,6 +230,7 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
             elif a.type & _PRIVATE:
                 p = dev.alloc(max(a.size, 1))
                 private.append(p)
+                copies[i] = p
                 if a.size:
                     dev.submit(p, a.begin, a.size)
                 out.append(p - (a.begin - a.base))
@@ -243,8 +245,29 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
                     out.append(a.base)              # an unmapped pointer: its host value
                     continue
                 out.append(e.tgt_begin + (a.begin - e.hst_begin) - (a.begin - a.base))
+        _lambda_captures(dev, args, copies)
     except BaseException:
         for p in private:
             dev.free(p)
         raise
     return out, private
+
+
+def _lambda_captures(dev: Device, args: list[Arg], copies: dict[int, int]) -> None:
+    """A lambda passed by value (a private copy) whose captures are references: each
+    capture (MEMBER_OF the lambda, PTR_AND_OBJ | LITERAL) points, in the device copy, at
+    the device copy of the variable it captured (LLVM's processDataBefore); a capture of
+    something not mapped keeps its host address."""
+    for a in args:
+        t = a.type
+        if not (t & MEMBER_OF_MASK and t & _PTR_AND_OBJ and t & _LITERAL):
+            continue
+        parent = (t >> 48) - 1
+        copy = copies.get(parent)
+        if copy is None:
+            continue
+        e = dev.table.lookup(a.begin, max(a.size, 1))
+        if e is None:
+            continue
+        value = np.array([e.tgt_begin + (a.begin - e.hst_begin)], dtype=np.uint64)
+        dev.submit(copy + (a.base - args[parent].begin), value.ctypes.data, 8)
