@@ -326,7 +326,11 @@ class MappingTable:
     def _end_one(self, it: MapItem, queue: Any, c: _Construct, copy_back: bool) -> None:
         p, n, t = it.host, it.size, int(it.type)
         with self._lock:
-            e = next((d for d in c.dying if d.hst_begin <= p and p + n <= d.hst_end), None)
+            e = None
+            for d in c.dying:                  # usually none: no generator on the hot path
+                if d.hst_begin <= p and p + n <= d.hst_end:
+                    e = d
+                    break
             released_before = e is not None
             if e is None:
                 e, inside = self._find(p, n)
@@ -342,7 +346,7 @@ class MappingTable:
                     e.hold = max(0, e.hold - 1)
                 elif e.dyn != INF:
                     e.dyn = max(0, e.dyn - 1)
-                last = e.total() == 0
+                last = e.dyn + e.hold == 0
                 if last:
                     self._remove(e)                # nobody new finds it ...
                     c.dying.append(e)

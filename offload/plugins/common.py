@@ -423,8 +423,11 @@ class GenericPlugin(Generic[DeviceT]):
         return self._count
 
     def init_device(self, d: int) -> DeviceT:
-        dev = self._devices[d] if d < len(self._devices) else None
-        if dev is not None:
+        try:
+            dev = self._devices[d]
+        except (IndexError, TypeError):
+            dev = None
+        if dev is not None and d >= 0:
             return dev
         if not 0 <= d < self.number_of_devices():
             raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -497,6 +500,14 @@ class GenericPlugin(Generic[DeviceT]):
                      q: Any) -> None:
         stats = dev.stats
         stage = self.staging_threshold
+        if not self.pinned._starts and (stage is None or size < stage):
+            if to_device:                      # nothing pinned, nothing to stage: one copy
+                dev._submit_impl(tgt, host, size, q, None)
+                stats["to unpinned"] += size
+            else:
+                dev._retrieve_impl(host, tgt, size, q, None)
+                stats["from unpinned"] += size
+            return
         pieces = self.pinned.translate(host, size, dev.id)
         if self.pin_split:
             pieces = _split_pinned(pieces, host, self.pin_split)
