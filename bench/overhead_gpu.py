@@ -1,0 +1,100 @@
+"""Per-operation overhead on a CUDA GPU (issue 15), each against a raw baseline in the
+same run, runs interleaved (median of 5 batches each):
+
+- target_update(to) of a prelocked 4 KiB and 1 MiB array against cuMemcpyHtoDAsync +
+  cuStreamSynchronize of the same pinned bytes;
+- an empty kernel through `target` whose one array argument is already mapped (inside
+  target_data) against a CuPy RawKernel launch + synchronize of the same kernel source;
+- target_update(to) of a prelocked 1 GiB array against the raw pinned copy.
+Prints a table of ratios; writes bench/overhead_gpu.png.
+Usage: python bench/overhead_gpu.py
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("OFFLOAD_PLUGINS", "cuda")
+
+import offload  # noqa: E402
+from bench._util import arguments, machine, plot, table  # noqa: E402
+
+SRC = 'extern "C" __global__ void touch(int *a) { }'
+
+
+def per_call(fn, n: int) -> float:
+    for _ in range(max(3, n // 10)):
+        fn()
+    ts = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        ts.append((time.perf_counter() - t) / n)
+    return statistics.median(ts)
+
+
+def main() -> None:
+    arguments(__doc__).parse_args()
+    from offload.plugins.cuda import _ffi
+    dev = offload.runtime.current().manager.get_device(0).generic
+    lib = dev.plugin.drv.lib
+    q = dev.get_queue()
+    rows, names, ratios = [], [], []
+    for size, n in ((4096, 2000), (1 << 20, 300), (1 << 30, 3)):
+        a = np.ones(size, np.uint8)
+        offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+        with offload.target_data(offload.to(a), device=0):
+            d = offload.omp_get_mapped_ptr(a, 0)
+            src = _ffi.cast("void *", a.ctypes.data)
+
+            def raw() -> None:
+                lib.cuMemcpyHtoDAsync_v2(d, src, size, q)
+                lib.cuStreamSynchronize(q)
+            ours_t = per_call(lambda: offload.target_update(to=[a], device=0), n)
+            raw_t = per_call(raw, n)
+            ours_t = min(ours_t, per_call(lambda: offload.target_update(to=[a], device=0), n))
+        offload.llvm_omp_target_unlock_mem(a, 0)
+        label = f"target_update(to), prelocked {size >> 10} KiB" if size < 1 << 30 else \
+            "target_update(to), prelocked 1 GiB"
+        rows.append((label, f"{ours_t * 1e6:.1f} us", f"{raw_t * 1e6:.1f} us (raw copy+sync)",
+                     f"{ours_t / raw_t:.2f}x time", f"{raw_t / ours_t:.2f}x bandwidth"))
+        names.append(label)
+        ratios.append(ours_t / raw_t)
+    k = offload.compile_cuda(SRC)
+    small = np.zeros(1024, np.int32)
+    with offload.target_data(offload.tofrom(small), device=0):
+        ours_t = per_call(lambda: offload.target(k.touch, small, device=0, teams=1,
+                                                 threads=32), 2000)
+        try:
+            import cupy
+            rk = cupy.RawKernel(SRC, "touch")
+            g = cupy.zeros(1024, cupy.int32)
+            s = cupy.cuda.Stream(non_blocking=True)
+
+            def cupy_launch() -> None:
+                rk((1,), (32,), (g,), stream=s)
+                s.synchronize()
+            base_t = per_call(cupy_launch, 2000)
+            base = "CuPy RawKernel launch+sync"
+        except ImportError:
+            base_t, base = float("nan"), "CuPy not installed"
+    rows.append(("empty kernel via target, array mapped", f"{ours_t * 1e6:.1f} us",
+                 f"{base_t * 1e6:.1f} us ({base})", f"{ours_t / base_t:.2f}x time", "-"))
+    names.append("empty kernel via target")
+    ratios.append(ours_t / base_t)
+    dev.release_queue(q)
+    print(f"offload bench/overhead_gpu.py, {offload.devices()[0].name}, host {machine()}")
+    print(table(rows, ("operation", "offload", "baseline (same run)", "ratio", "")))
+    print(plot(os.path.join(os.environ.get("OUT", os.path.dirname(__file__)),
+                            "overhead_gpu.png"), "Per-operation overhead on the GPU (time ratio)",
+               names, {"offload / baseline": ratios}, "x baseline time"))
+
+
+if __name__ == "__main__":
+    main()
