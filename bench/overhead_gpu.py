@@ -53,12 +53,15 @@ def main() -> None:
             d = offload.omp_get_mapped_ptr(a, 0)
             src = _ffi.cast("void *", a.ctypes.data)
 
-            def raw() -> None:
+            def raw(d: int = d, src=src, size: int = size) -> None:
                 lib.cuMemcpyHtoDAsync_v2(d, src, size, q)
                 lib.cuStreamSynchronize(q)
-            ours_t = per_call(lambda: offload.target_update(to=[a], device=0), n)
+
+            def ours(a: np.ndarray = a) -> None:
+                offload.target_update(to=[a], device=0)
+            ours_t = per_call(ours, n)
             raw_t = per_call(raw, n)
-            ours_t = min(ours_t, per_call(lambda: offload.target_update(to=[a], device=0), n))
+            ours_t = min(ours_t, per_call(ours, n))
         offload.llvm_omp_target_unlock_mem(a, 0)
         label = f"target_update(to), prelocked {size >> 10} KiB" if size < 1 << 30 else \
             "target_update(to), prelocked 1 GiB"
