@@ -285,6 +285,13 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
             data is otherwise skipped), or a read-only array in `from_`.
     """
     dev = _current().construct_device(device)
+    if not nowait and not depend and stream is None:
+        motions = _plain_motions(to, from_)
+        if motions is not None:                # the common case: arrays, nothing else
+            if dev is not None:
+                dev.table.target_data_update(motions)
+                dev.table.dump_if_asked()
+            return None
     items = []
     strided: list[tuple[np.ndarray, bool, bool]] = []
     for seq, motion, what in ((to, MapType.TO, "target_update: to"),
@@ -307,6 +314,26 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         return _construct(update, items, dev, nowait, depend)
     return _construct(dev.table.target_data_update if dev else None, items, dev, nowait,
                       depend)
+
+
+def _plain_motions(to: Any, from_: Any) -> list[MapItem] | None:
+    """The items of an update whose lists hold only contiguous, writeable-where-needed
+    numpy arrays of plain dtypes (built without clause objects); None for anything else
+    (the general path then checks and explains it)."""
+    out: list[MapItem] = []
+    for seq, motion in ((to, MapType.TO), (from_, MapType.FROM)):
+        if type(seq) is not list and type(seq) is not tuple:
+            return None
+        for a in seq:
+            if type(a) is not np.ndarray:
+                return None
+            flags = a.flags
+            if not flags.c_contiguous or a.dtype.hasobject or \
+                    (motion is MapType.FROM and not flags.writeable):
+                return None
+            p, n = span(a)
+            out.append(MapItem(p, n, motion, a, None, not flags.writeable))
+    return out
 
 
 def _update_on_stream(dev: Any, items: list[MapItem],

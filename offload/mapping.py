@@ -327,9 +327,9 @@ class MappingTable:
         p, n, t = it.host, it.size, int(it.type)
         with self._lock:
             e = None
-            for d in c.dying:                  # usually none: no generator on the hot path
-                if d.hst_begin <= p and p + n <= d.hst_end:
-                    e = d
+            for dy in c.dying:                 # usually none: no generator on the hot path
+                if dy.hst_begin <= p and p + n <= dy.hst_end:
+                    e = dy
                     break
             released_before = e is not None
             if e is None:
