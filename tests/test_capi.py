@@ -206,3 +206,17 @@ def test_interop_objects_where_llvm_crashes(tmp_path, ours):
     assert out.splitlines() == [
         "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
         "targetsync null 1 rc 1", "name of fr_id: fr_id, type int", "destroyed, none: 1"]
+
+
+def test_alloc_then_to_copies_where_llvm_19_does_not(tmp_path, ours):
+    """map(alloc: x) map(from: x) map(to: x) on one region: the entry is new in the
+    construct, so `to` copies; target data map(alloc: y) map(tofrom: y) copies y back when
+    it drops the last reference (later LLVM's map_ordering tests). LLVM 19 does neither."""
+    src = os.path.join(HERE, "capi", "ordering_beyond_llvm.c.in")
+    exe = tmp_path / "ordering"
+    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
+                   capture_output=True)
+    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    assert rc == 0, err
+    assert out.splitlines() == ["region saw x=111", "after: x=1111", "after data: y=223",
+                              "after data: w=445"]

@@ -1,0 +1,19 @@
+// Zero-length array sections (LLVM offload/test/mapping/present/zero_length_array_section.c,
+// array_section_implicit_capture.c): an empty section maps nothing and is found inside a
+// mapping; a pointer used in a region without a map is looked up, not mapped.
+#include <omp.h>
+#include <stdio.h>
+
+int main(void) {
+  int a[10];
+  for (int i = 0; i < 10; i++) a[i] = i;
+  int *p = &a[3];
+#pragma omp target enter data map(to : a[0:0])
+  printf("empty section present: %d\n", omp_target_is_present(a, 0));
+#pragma omp target enter data map(to : a[0:10])
+#pragma omp target map(present, alloc : p[0:0])
+  p[1] = 40;                    // p[0:0] found inside a's mapping: the device copy
+#pragma omp target exit data map(from : a[0:10])
+  printf("a[4]=%d\n", a[4]);
+  return 0;
+}
