@@ -33,10 +33,8 @@ def lib():
     return libdir()
 
 
-# known failure, left open (issue 18): the kernel calling through the indirect call table
-# faults on the H200 although the table and the device environment read back as LLVM 19
-# builds them (host function -> the device function pointer from the image's global)
-KNOWN = {"indirect_calls": "indirect calls fault on the device (issue 18, open)"}
+# known failures, left open (none now; kept for the next one found)
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

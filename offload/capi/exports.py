@@ -248,6 +248,12 @@ def _run_kernel(dev: Any, fn: Any, name: str, kargs: list[int], teams: int, thre
         return
     g = dev.generic
     program = g.load(fn)
+    functions = _cuda_openmp.indirect_functions(g, program)
+    if functions:
+        # clang 19 emits no lookup at indirect call sites (later clang calls
+        # __llvm_omp_indirect_call_lookup there): a host function pointer passed by value
+        # arrives as the device function, or calling it would fault (as under LLVM 19)
+        kargs = [functions.get(a, a) for a in kargs]
     env = _cuda_openmp.kernel_environment(g, program, name)
     blocks, block = _cuda_openmp.geometry(g, env, teams, threads, tripcount,
                                           g.kernel(fn, name).handle[1])

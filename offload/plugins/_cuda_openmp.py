@@ -83,9 +83,15 @@ def _indirect_table(dev: CUDADevice, program: Any,
     if not pairs:
         return 0, 0
     pairs.sort()
+    dev.__dict__.setdefault("_omp_indirect", {})[id(program)] = dict(pairs)
     table = dev.alloc(16 * len(pairs), AllocKind.DEVICE)
     _write(dev, table, b"".join(struct.pack("<QQ", h, d) for h, d in pairs))
     return table, len(pairs)
+
+
+def indirect_functions(dev: CUDADevice, program: Any) -> dict[int, int]:
+    """Host address -> device address of the image's `declare target indirect` functions."""
+    return dev.__dict__.get("_omp_indirect", {}).get(id(program), {})
 
 
 def prepare(dev: CUDADevice, program: Any,
