@@ -425,6 +425,15 @@ class MappingTable:
             e.busy += 1
             return e
 
+    def busy_entry(self, p: int, n: int) -> HostDataToTarget | None:
+        """The entry sharing a byte with [p, p+n), marked in use (see `acquire_busy`), or
+        None."""
+        with self._lock:
+            e = self._find(p, max(n, 1))[0]
+            if e is not None:
+                e.busy += 1
+            return e
+
     def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
         """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
         once; return them for `release_busy`."""
