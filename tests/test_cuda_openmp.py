@@ -7,7 +7,10 @@ from offload.plugins import _cuda_openmp as omp
 
 class FakeDevice:
     max_block, max_grid = 1024, 2**31 - 1
-    _omp_sms = 132
+
+    def _attr(self, name):
+        assert name == "multiprocessors"
+        return 132
 
 
 def env(mode, max_threads=0, max_teams=0, red=0):

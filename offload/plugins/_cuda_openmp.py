@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import struct
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,35 @@ class KernelEnvironment:
 _lock = threading.Lock()
 
 
+@dataclass
+class _DeviceState:
+    """What one CUDA device keeps for OpenMP images: its device heap, the shared zeroed
+    launch environment, the SM count, kernel environments and indirect function tables by
+    loaded module."""
+
+    heap: int | None = None
+    launch_env: int | None = None
+    sms: int | None = None
+    envs: dict[tuple[int, str], KernelEnvironment] = field(default_factory=dict)
+    indirect: dict[int, dict[int, int]] = field(default_factory=dict)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, _DeviceState] = weakref.WeakKeyDictionary()
+
+
+def _state(dev: CUDADevice) -> _DeviceState:
+    st = _STATES.get(dev)
+    if st is None:
+        with _lock:
+            st = _STATES.setdefault(dev, _DeviceState())
+    return st
+
+
 def _sms(dev: CUDADevice) -> int:
-    n = getattr(dev, "_omp_sms", None)
-    if n is None:
-        n = dev._omp_sms = dev._attr("multiprocessors")
-    return int(n)
+    st = _state(dev)
+    if st.sms is None:
+        st.sms = dev._attr("multiprocessors")
+    return int(st.sms)
 
 
 def global_address(dev: CUDADevice, program: Any, name: str) -> tuple[int, int] | None:
@@ -83,7 +108,7 @@ def _indirect_table(dev: CUDADevice, program: Any,
     if not pairs:
         return 0, 0
     pairs.sort()
-    dev.__dict__.setdefault("_omp_indirect", {})[id(program)] = dict(pairs)
+    _state(dev).indirect[id(program)] = dict(pairs)
     table = dev.alloc(16 * len(pairs), AllocKind.DEVICE)
     _write(dev, table, b"".join(struct.pack("<QQ", h, d) for h, d in pairs))
     return table, len(pairs)
@@ -91,7 +116,7 @@ def _indirect_table(dev: CUDADevice, program: Any,
 
 def indirect_functions(dev: CUDADevice, program: Any) -> dict[int, int]:
     """Host address -> device address of the image's `declare target indirect` functions."""
-    return dev.__dict__.get("_omp_indirect", {}).get(id(program), {})
+    return _state(dev).indirect.get(id(program), {})
 
 
 def prepare(dev: CUDADevice, program: Any,
@@ -110,16 +135,16 @@ def prepare(dev: CUDADevice, program: Any,
         _write(dev, env[0], data[:env[1]])
     pool = global_address(dev, program, "__omp_rtl_device_memory_pool")
     if pool is not None:
+        st = _state(dev)
         with _lock:
-            heap = getattr(dev, "_omp_heap", None)
+            heap = st.heap
             if heap is None:
-                heap = dev.alloc(POOL_BYTES, AllocKind.DEVICE)
-                dev._omp_heap = heap              # type: ignore[attr-defined]
+                heap = st.heap = dev.alloc(POOL_BYTES, AllocKind.DEVICE)
         _write(dev, pool[0], struct.pack("<QQ", heap, POOL_BYTES)[:pool[1]])
 
 
 def kernel_environment(dev: CUDADevice, program: Any, name: str) -> KernelEnvironment:
-    cache: dict = dev.__dict__.setdefault("_omp_envs", {})
+    cache = _state(dev).envs
     found = cache.get((id(program), name))
     if found is None:
         g = global_address(dev, program, f"{name}_kernel_environment")
@@ -179,12 +204,13 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
     reduction buffer (the allocations to free after the launch are returned); for any
     other, one zeroed environment per device, made once (nothing writes it)."""
     if not env.reduction_data_size:
+        st = _state(dev)
         with _lock:
-            shared = getattr(dev, "_omp_launch_env", None)
+            shared = st.launch_env
             if shared is None:
                 shared = dev.alloc(16, AllocKind.DEVICE)
                 _write(dev, shared, bytes(16))
-                dev._omp_launch_env = shared
+                st.launch_env = shared
         return shared, []
     n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
     buffer = dev.alloc(n, AllocKind.DEVICE)
