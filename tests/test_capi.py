@@ -220,3 +220,16 @@ def test_alloc_then_to_copies_where_llvm_19_does_not(tmp_path, ours):
     assert rc == 0, err
     assert out.splitlines() == ["region saw x=111", "after: x=1111", "after data: y=223",
                               "after data: w=445"]
+
+
+def test_mapper_on_data_constructs_where_llvm_19_moves_nothing(tmp_path, ours):
+    """A declared mapper used by enter/exit data, update and target data moves the pointee
+    cells each time (LLVM 19 moves none of them in this program)."""
+    src = os.path.join(HERE, "capi", "mapper_data_beyond_llvm.cpp.in")
+    exe = tmp_path / "mapper_data"
+    subprocess.run([CLANGXX, *TARGET, "-O1", "-x", "c++", src, "-o", str(exe)], check=True,
+                   capture_output=True)
+    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    assert rc == 0, err
+    assert out.splitlines() == ["after update: 2 18, pointer kept 1", "after exit: -2 -2",
+                                "after data: 55"]
