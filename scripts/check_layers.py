@@ -15,7 +15,8 @@ LAYERS = {
     "plugins.nvrtc": 3, "plugins._cuda_openmp": 5.2, "plugins.common": 5, "plugins.host_queue": 5.5, "plugins.host": 6, "plugins.cuda": 6,
     "plugins.amdgpu": 6, "plugins": 0, "mapping": 7, "device": 8, "plugin_manager": 9,
     "runtime": 10, "api": 11, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
-    "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.exports": 12.5,
+    "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
+    "capi.interop_objects": 12.4,
     "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14,
 }
 

@@ -1,0 +1,142 @@
+"""The C API's view of the runtime: started (in a C program) once the program's images
+are registered, with the plugins those images need; LLVM device numbers resolved to
+offload's devices, each with every registered image loaded and its globals mapped."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import weakref
+from typing import Any
+
+from .. import config, omp, runtime
+from ..image import Binary
+from ..plugins import _cuda_openmp
+from ..runtime import current
+from .abi import ENTRY_INDIRECT
+from .images import Program, Registry, ffi, is_link
+
+_registry = Registry()
+_init_lock = threading.Lock()
+# the programs whose images and globals each Device (of whichever runtime) has loaded
+_ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+OFFLOAD_SUCCESS, OFFLOAD_FAIL = 0, -1
+_disabled = False                              # OMP_TARGET_OFFLOAD=disabled (C programs)
+
+ffi.cdef("int omp_get_default_device(void);")
+try:
+    _libomp: Any = ffi.dlopen(None)
+    _libomp.omp_get_default_device     # noqa: B018 - present when libomp is loaded
+except (AttributeError, OSError):
+    _libomp = None
+
+def _rt() -> Any:
+    """The runtime. In a C program the library starts it at first use, after the
+    program's images were registered: LLVM 19's plugins for the images it carries (host
+    devices, four of them as LLVM's x86_64 plugin, for x86_64 images; CUDA devices for
+    nvptx ones), and OMP_TARGET_OFFLOAD applied by the constructs, as LLVM 19 does (it
+    keeps its devices when offloading is disabled: the device API still works on them).
+    A Python program that loaded C code keeps its own runtime and settings."""
+    global _disabled
+    rt = runtime._process.live
+    if rt is not None and not rt.closing:
+        return rt
+    if getattr(sys, "_offload_capi_owns_python", False) and rt is None:
+        with _init_lock:
+            if runtime._process.live is None:
+                kinds = _registry.kinds()
+                plugins = [p for p, k in (("cuda", "nvptx"), ("host", "x86_64")) if k in kinds]
+                os.environ.setdefault("OFFLOAD_PLUGINS", ",".join(plugins) or "host")
+                os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
+                cfg = config.read()
+                _disabled = cfg.target_offload is config.TargetOffload.DISABLED
+                runtime.start(dataclasses.replace(cfg,
+                                                  target_offload=config.TargetOffload.DEFAULT))
+    return current()
+
+
+def _fatal(msg: str) -> None:
+    sys.stderr.write(f"omptarget fatal error 1: {msg}\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+def _device_number(dev: int) -> int:
+    if dev == -1:
+        return _libomp.omp_get_default_device() if _libomp is not None else \
+            _rt().default_device
+    return dev
+
+
+def _device(dev: int, construct: bool = True) -> Any:
+    """The Device for an LLVM device number, its images loaded; None for the initial
+    device (and, for constructs, every device when offloading is disabled)."""
+    rt = runtime._process.live
+    if rt is None or rt.closing:
+        rt = _rt()
+    n = dev if dev >= 0 else _device_number(dev)
+    if n >= rt._count or n < 0 or (construct and _disabled):
+        if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
+            return None
+        return rt.device(n)                    # raises: not a device number
+    d = rt.manager.get_device(n)
+    seen = _loaded.get(id(d))
+    if seen is None or seen[1] != _registry.version:
+        _load_images(d)
+    return d
+
+
+# id(Device) -> (the Device, the registry version its images and globals are loaded for)
+_loaded: dict[int, tuple[Any, int]] = {}
+
+
+def _load_images(d: Any) -> None:
+    """Each registered program's image on device `d`, its globals mapped for good (LLVM
+    maps declare target variables, `link` reference pointers included, at load)."""
+    with _init_lock:
+        version = _registry.version
+        done = _ready.setdefault(d, set())
+        for prog in list(_registry.programs.values()):
+            if prog.desc in done:
+                continue
+            if d.plugin.name == "cuda" and "nvptx" in prog.images:
+                binary, program = _cuda_image(d, prog)
+                for e in prog.entries:
+                    if e.size > 0 and (e.flags == 0 or is_link(e)):
+                        g = _cuda_openmp.global_address(d.generic, program, e.name)
+                        if g is not None:
+                            d.table.associate(e.addr, g[0], e.size)
+            else:
+                handle = _registry.load(prog, d.number)
+                if handle is not None:
+                    for e in prog.entries:
+                        if e.size > 0 and (e.flags == 0 or is_link(e)):
+                            d.table.associate(e.addr, _registry.symbol(handle, e.name),
+                                              e.size)
+            done.add(prog.desc)
+        _loaded[id(d)] = (d, version)
+
+
+def _cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
+    """The program's nvptx image loaded on CUDA device `d` (environment written once)."""
+    binary = prog.loaded.get(("nvptx", d.number))
+    if binary is None:
+        binary = Binary.from_bytes(prog.images["nvptx"], None)
+        prog.loaded[("nvptx", d.number)] = binary
+    fresh = binary.digest not in d.generic._loaded
+    program = d.generic.load(binary)
+    if fresh:
+        _cuda_openmp.prepare(d.generic, program, tuple(
+            (e.addr, e.name) for e in prog.entries if e.flags & ENTRY_INDIRECT))
+    return binary, program
+
+def _num_devices() -> int:
+    return _rt().num_devices()
+
+def _load_dev(dev: int) -> int:
+    """An LLVM device number as offload's, the device's images loaded."""
+    n = _device_number(dev)
+    if 0 <= n < _num_devices():
+        _device(n, construct=False)
+    return n
