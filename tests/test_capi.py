@@ -233,3 +233,33 @@ def test_mapper_on_data_constructs_where_llvm_19_moves_nothing(tmp_path, ours):
     assert rc == 0, err
     assert out.splitlines() == ["after update: 2 18, pointer kept 1", "after exit: -2 -2",
                                 "after data: 55"]
+
+
+@pytest.fixture(scope="module")
+def built_g(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capi_g")
+    exes = {}
+    for name in ("data_refcount", "struct_members", "device_ptrs", "update_motion",
+                 "declare_link"):
+        exe = out / name
+        subprocess.run([CLANG, *TARGET, "-g", "-O1", os.path.join(HERE, "capi", name + ".c"),
+                        "-o", str(exe)], check=True, capture_output=True)
+        exes[name] = str(exe)
+    return exes
+
+
+@pytest.mark.parametrize("name", ["data_refcount", "struct_members", "device_ptrs",
+                                  "update_motion", "declare_link"])
+def test_info_argument_listing_as_llvm(built_g, ours, name):
+    """LIBOMPTARGET_INFO=1 (KERNEL_ARGS): each construct's header (region, file:line:col,
+    argument count) and one line per argument (map type, variable name, size, implicit),
+    word for word as LLVM 19 prints them (programs built with -g; addresses aside)."""
+    import re
+
+    def lines(err):
+        return [re.sub(r"0x[0-9a-f]+", "ADDR", ln) for ln in err.splitlines()
+                if ln.startswith("omptarget device")]
+    _, _, err_llvm = run(built_g[name], LLVM_LIB, LIBOMPTARGET_INFO="1")
+    _, _, err_ours = run(built_g[name], f"{ours}:{LLVM_LIB}", LIBOMPTARGET_INFO="1")
+    assert lines(err_llvm), err_llvm
+    assert lines(err_ours) == lines(err_llvm)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import omp, omp_async, runtime
+from ..diagnostics import say
 from ..errors import OffloadError
 from ..runtime import operation
 from . import maps
@@ -99,11 +100,15 @@ def unregister_lib(desc: Any) -> None:
 
 # ---- data -------------------------------------------------------------------------------------
 def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
-          names: Any = None, mappers: Any = None) -> None:
+          names: Any = None, mappers: Any = None, loc: Any = None,
+          nowait: bool = False) -> None:
     d = _device(dev)
     if d is None:
         return
-    args, _ = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
+        for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
+            say(d.number, line)
     try:
         if kind == "begin":
             maps.begin(d, args, bases)
@@ -153,19 +158,19 @@ def bind(lib_ffi: Any) -> None:
             lib_ffi.def_extern(name=f"_offload_{name}")(_guard(default, fn, runtime_op))
         return put
 
-    def data(kind: str, legacy: bool) -> Callable[..., None]:
+    def data(kind: str, legacy: bool, nowait: bool) -> Callable[..., None]:
         if legacy:
             return lambda dev, n, bases, begins, sizes, types, *deps: _data(
-                kind, dev, n, bases, begins, sizes, types)
+                kind, dev, n, bases, begins, sizes, types, nowait=nowait)
         return lambda loc, dev, n, bases, begins, sizes, types, names, mappers, *deps: _data(
-            kind, dev, n, bases, begins, sizes, types, names, mappers)
+            kind, dev, n, bases, begins, sizes, types, names, mappers, loc, nowait)
 
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
-        ext(base)(data(kind, True))
-        ext(f"{base}_nowait")(data(kind, True))
-        ext(f"{base}_mapper")(data(kind, False))
-        ext(f"{base}_nowait_mapper")(data(kind, False))
+        ext(base)(data(kind, True, False))
+        ext(f"{base}_nowait")(data(kind, True, True))
+        ext(f"{base}_mapper")(data(kind, False, False))
+        ext(f"{base}_nowait_mapper")(data(kind, False, True))
 
     ext("__tgt_register_lib", runtime_op=False)(register_lib)
     ext("__tgt_unregister_lib", runtime_op=False)(unregister_lib)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
 from ..plugins import _cuda_openmp
 from . import maps
@@ -123,6 +124,9 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
     n = k.NumArgs
     args = maps.decode(n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes, k.ArgNames,
                        k.ArgMappers) if n else _EMPTY
+    if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
+        for line in maps.describe("kernel", loc, args[1]):
+            say(d.number, line)
     try:
         return _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
                        int(k.Tripcount))

@@ -113,6 +113,57 @@ def _mapped(a: Arg) -> bool:
     return not (t & _LITERAL) and not (t & _PRIVATE) and a.size > 0
 
 
+# ---- LIBOMPTARGET_INFO's argument listing (KERNEL_ARGS), in LLVM 19's words -----------
+REGIONS = {"begin": "Entering OpenMP data region with being_mapper",   # sic, as LLVM 19
+           "end": "Exiting OpenMP data region with end_mapper",
+           "update": "Updating data within the OpenMP data region with update_mapper",
+           "begin_nowait": "Entering OpenMP data region with being_nowait_mapper",
+           "end_nowait": "Exiting OpenMP data region with end_nowait_mapper",
+           "update_nowait": "Updating data within the OpenMP data region with "
+                            "update_nowait_mapper",
+           "kernel": "Entering OpenMP kernel"}
+
+
+def location(loc: Any) -> str:
+    """'file:line:col' of an ident_t (its psource ';file;function;line;col;;')."""
+    if loc is None or loc == ffi.NULL:
+        return "unknown:0:0"
+    ident = ffi.cast("ident_t *", loc)
+    if ident.psource == ffi.NULL:
+        return "unknown:0:0"
+    parts = ffi.string(ident.psource).decode(errors="replace").split(";")
+    if len(parts) < 5:
+        return "unknown:0:0"
+    name = parts[1].rsplit("/", 1)[-1] or "unknown"      # LLVM prints the file's name alone
+    return f"{name}:{parts[3] or 0}:{parts[4] or 0}"
+
+
+def _kind(t: int, size: int) -> str:
+    """The map type's name as LLVM 19's argument listing gives it."""
+    if t & _TO and t & _FROM:
+        return "tofrom"
+    if t & _TO:
+        return "to"
+    if t & _FROM:
+        return "from"
+    if t & _PRIVATE:
+        return "private"
+    if t & _LITERAL:
+        return "firstprivate"
+    if t & _RETURN_PARAM and size == 0:
+        return "use_address"
+    return "alloc"
+
+
+def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
+    """The lines LLVM 19 prints for a construct's arguments under LIBOMPTARGET_INFO=0x1."""
+    out = [f"{REGIONS[region]} at {location(loc)} with {len(given)} arguments:"]
+    for a in given:
+        implicit = "(implicit)" if a.type & _IMPLICIT else ""
+        out.append(f"{_kind(a.type, a.size)}({a.name or 'unknown'})[{a.size}] {implicit}")
+    return out
+
+
 # ---- begin / end / update --------------------------------------------------------------
 def begin(dev: Device, args: list[Arg], bases: Any = None) -> None:
     """target_data_begin for the list; PTR_AND_OBJ pointers attached, RETURN_PARAM device
