@@ -263,3 +263,15 @@ def test_info_argument_listing_as_llvm(built_g, ours, name):
     _, _, err_ours = run(built_g[name], f"{ours}:{LLVM_LIB}", LIBOMPTARGET_INFO="1")
     assert lines(err_llvm), err_llvm
     assert lines(err_ours) == lines(err_llvm)
+
+
+def test_ld_preload_over_llvms_library(built, ours, tmp_path):
+    """LD_PRELOAD=<ours>/libomptarget.so.19.1 with LLVM's library still on the path: the
+    program runs on offload's (its profile is written) and libomp still counts the devices
+    (through __tgt_get_num_devices, which LLVM 19 does not export)."""
+    prof = tmp_path / "prof.out"
+    rc_llvm, out_llvm, _ = run(built["device_api.c"], LLVM_LIB)
+    rc, out, err = run(built["device_api.c"], LLVM_LIB,
+                       LD_PRELOAD=os.path.join(ours, abi.SONAME), OFFLOAD_CAPI_PROFILE=str(prof))
+    assert (rc, out) == (rc_llvm, out_llvm), err
+    assert out.startswith("num devices 4") and prof.exists()
