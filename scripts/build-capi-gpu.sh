@@ -15,6 +15,9 @@ cp "$llvm/libomp.so.5" "$out/"
 for src in tests/capi/*.c tests/capi/*.cpp; do
   n=$(basename "${src%.*}")
   [ "$n" = shared_lib ] && continue
+  # unified shared memory needs a GPU that reaches pageable memory (HMM): the lent H200
+  # has none, and offload refuses the program there by name
+  [ "$n" = requires_usm ] && continue
   cc=clang-19
   [ "${src##*.}" = cpp ] && cc=clang++-19
   LIBRARY_PATH=$llvm $cc -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \

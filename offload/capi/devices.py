@@ -11,6 +11,7 @@ import weakref
 from typing import Any
 
 from .. import config, omp, runtime
+from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..plugins import _cuda_openmp
 from ..runtime import current
@@ -91,9 +92,24 @@ def _device(dev: int, construct: bool = True) -> Any:
 _loaded: dict[int, tuple[Any, int]] = {}
 
 
+_REQUIRES_USM = 0x8
+
+
+def _check_requires(d: Any) -> None:
+    """`requires unified_shared_memory` on a device that cannot reach pageable host memory
+    (a GPU without HMM) is refused by name, rather than left to fault in a kernel."""
+    if _registry.requires & _REQUIRES_USM and d.plugin.name == "cuda" and \
+            not d.info().get("pageable memory access"):
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"the program requires unified_shared_memory, but device "
+                           f"{d.number} ({d.plugin.name}) cannot access pageable host memory "
+                           f"(no HMM on this system)")
+
+
 def _load_images(d: Any) -> None:
     """Each registered program's image on device `d`, its globals mapped for good (LLVM
     maps declare target variables, `link` reference pointers included, at load)."""
+    _check_requires(d)
     with _init_lock:
         version = _registry.version
         done = _ready.setdefault(d, set())

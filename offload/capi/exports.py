@@ -40,7 +40,7 @@ from .interop_objects import (
     _interop_str,
     _interop_type_desc,
 )
-from .kernels import _legacy_target, target_kernel
+from .kernels import _construct_device, _legacy_target, target_kernel
 
 _live_libs = 0
 
@@ -102,7 +102,7 @@ def unregister_lib(desc: Any) -> None:
 def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
           names: Any = None, mappers: Any = None, loc: Any = None,
           nowait: bool = False) -> None:
-    d = _device(dev)
+    d = _construct_device(dev)
     if d is None:
         return
     args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)

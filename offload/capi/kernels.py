@@ -115,9 +115,20 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
 _EMPTY: tuple[list[maps.Arg], list[maps.Arg]] = ([], [])
 
 
+def _construct_device(dev: int) -> Any:
+    """The construct's device; a device that cannot run it stops the program after LLVM's
+    message (the policy is mandatory once there are devices)."""
+    try:
+        return _device(dev)
+    except OffloadError as exc:
+        sys.stderr.write(f"omptarget error: {exc.message}\n")
+        _fatal("failure of target construct while offloading is mandatory")
+        raise
+
+
 def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_ptr: Any,
                   kargs: Any) -> int:
-    d = _device(dev)
+    d = _construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
     k = _cast(_T_KARGS, kargs)
@@ -138,7 +149,7 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
 
 def _legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
                    types: Any, names: Any = None, mappers: Any = None) -> int:
-    d = _device(dev)
+    d = _construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
