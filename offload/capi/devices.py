@@ -18,7 +18,7 @@ from ..runtime import current
 from .abi import ENTRY_INDIRECT
 from .images import Program, Registry, ffi, is_link
 
-_registry = Registry()
+registry = Registry()
 _init_lock = threading.Lock()
 # the programs whose images and globals each Device (of whichever runtime) has loaded
 _ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
@@ -32,7 +32,15 @@ try:
 except (AttributeError, OSError):
     _libomp = None
 
-def _rt() -> Any:
+
+def forget_program(prog: Program) -> None:
+    """An unregistered program: no device counts it as loaded any more."""
+    with _init_lock:
+        for done in _ready.values():
+            done.discard(prog.desc)
+
+
+def ensure_runtime() -> Any:
     """The runtime. In a C program the library starts it at first use, after the
     program's images were registered: LLVM 19's plugins for the images it carries (host
     devices, four of them as LLVM's x86_64 plugin, for x86_64 images; CUDA devices for
@@ -46,7 +54,7 @@ def _rt() -> Any:
     if getattr(sys, "_offload_capi_owns_python", False) and rt is None:
         with _init_lock:
             if runtime._process.live is None:
-                kinds = _registry.kinds()
+                kinds = registry.kinds()
                 plugins = [p for p, k in (("cuda", "nvptx"), ("host", "x86_64")) if k in kinds]
                 os.environ.setdefault("OFFLOAD_PLUGINS", ",".join(plugins) or "host")
                 os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
@@ -57,33 +65,33 @@ def _rt() -> Any:
     return current()
 
 
-def _fatal(msg: str) -> None:
+def fatal(msg: str) -> None:
     sys.stderr.write(f"omptarget fatal error 1: {msg}\n")
     sys.stderr.flush()
     os.abort()
 
 
-def _device_number(dev: int) -> int:
+def device_number(dev: int) -> int:
     if dev == -1:
         return _libomp.omp_get_default_device() if _libomp is not None else \
-            _rt().default_device
+            ensure_runtime().default_device
     return dev
 
 
-def _device(dev: int, construct: bool = True) -> Any:
+def device(dev: int, construct: bool = True) -> Any:
     """The Device for an LLVM device number, its images loaded; None for the initial
     device (and, for constructs, every device when offloading is disabled)."""
     rt = runtime._process.live
     if rt is None or rt.closing:
-        rt = _rt()
-    n = dev if dev >= 0 else _device_number(dev)
+        rt = ensure_runtime()
+    n = dev if dev >= 0 else device_number(dev)
     if n >= rt._count or n < 0 or (construct and _disabled):
         if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
             return None
         return rt.device(n)                    # raises: not a device number
     d = rt.manager.get_device(n)
     seen = _loaded.get(id(d))
-    if seen is None or seen[1] != _registry.version:
+    if seen is None or seen[1] != registry.version:
         _load_images(d)
     return d
 
@@ -98,7 +106,7 @@ _REQUIRES_USM = 0x8
 def _check_requires(d: Any) -> None:
     """`requires unified_shared_memory` on a device that cannot reach pageable host memory
     (a GPU without HMM) is refused by name, rather than left to fault in a kernel."""
-    if _registry.requires & _REQUIRES_USM and d.plugin.name == "cuda" and \
+    if registry.requires & _REQUIRES_USM and d.plugin.name == "cuda" and \
             not d.info().get("pageable memory access"):
         raise OffloadError(ErrorCode.UNSUPPORTED,
                            f"the program requires unified_shared_memory, but device "
@@ -111,30 +119,30 @@ def _load_images(d: Any) -> None:
     maps declare target variables, `link` reference pointers included, at load)."""
     _check_requires(d)
     with _init_lock:
-        version = _registry.version
+        version = registry.version
         done = _ready.setdefault(d, set())
-        for prog in list(_registry.programs.values()):
+        for prog in list(registry.programs.values()):
             if prog.desc in done:
                 continue
             if d.plugin.name == "cuda" and "nvptx" in prog.images:
-                binary, program = _cuda_image(d, prog)
+                binary, program = cuda_image(d, prog)
                 for e in prog.entries:
                     if e.size > 0 and (e.flags == 0 or is_link(e)):
                         g = _cuda_openmp.global_address(d.generic, program, e.name)
                         if g is not None:
                             d.table.associate(e.addr, g[0], e.size)
             else:
-                handle = _registry.load(prog, d.number)
+                handle = registry.load(prog, d.number)
                 if handle is not None:
                     for e in prog.entries:
                         if e.size > 0 and (e.flags == 0 or is_link(e)):
-                            d.table.associate(e.addr, _registry.symbol(handle, e.name),
+                            d.table.associate(e.addr, registry.symbol(handle, e.name),
                                               e.size)
             done.add(prog.desc)
         _loaded[id(d)] = (d, version)
 
 
-def _cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
+def cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
     """The program's nvptx image loaded on CUDA device `d` (environment written once)."""
     binary = prog.loaded.get(("nvptx", d.number))
     if binary is None:
@@ -147,12 +155,12 @@ def _cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
             (e.addr, e.name) for e in prog.entries if e.flags & ENTRY_INDIRECT))
     return binary, program
 
-def _num_devices() -> int:
-    return _rt().num_devices()
+def num_devices() -> int:
+    return ensure_runtime().num_devices()
 
-def _load_dev(dev: int) -> int:
+def load_device(dev: int) -> int:
     """An LLVM device number as offload's, the device's images loaded."""
-    n = _device_number(dev)
-    if 0 <= n < _num_devices():
-        _device(n, construct=False)
+    n = device_number(dev)
+    if 0 <= n < num_devices():
+        device(n, construct=False)
     return n

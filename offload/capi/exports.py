@@ -20,27 +20,26 @@ from ..runtime import operation
 from . import maps
 from .devices import (
     OFFLOAD_FAIL,
-    _device,
-    _device_number,
-    _fatal,
-    _init_lock,
-    _load_dev,
-    _num_devices,
-    _ready,
-    _registry,
-    _rt,
+    device,
+    device_number,
+    ensure_runtime,
+    fatal,
+    forget_program,
+    load_device,
+    num_devices,
+    registry,
 )
 from .images import addr, ffi
 from .interop_objects import (
-    _interop_destroy,
-    _interop_init,
-    _interop_int,
-    _interop_name,
-    _interop_ptr,
-    _interop_str,
-    _interop_type_desc,
+    interop_destroy,
+    interop_init,
+    interop_int,
+    interop_name,
+    interop_ptr,
+    interop_str,
+    interop_type_desc,
 )
-from .kernels import _construct_device, _legacy_target, target_kernel
+from .kernels import construct_device, legacy_target, target_kernel
 
 _live_libs = 0
 
@@ -63,7 +62,7 @@ def _guard(default: Any, fn: Callable[..., Any], runtime_op: bool = True
     def call(*args: Any) -> Any:
         try:
             if runtime._process.live is None:
-                _rt()                          # started as the C program needs it
+                ensure_runtime()                          # started as the C program needs it
             return op(*args)
         except OffloadError as exc:
             sys.stderr.write(f"omptarget error: {exc.message}\n")
@@ -79,21 +78,19 @@ def _p(x: Any) -> int:
 # ---- registration ------------------------------------------------------------------------
 def register_lib(desc: Any) -> None:
     global _live_libs
-    _registry.register(addr(desc))
+    registry.register(addr(desc))
     _live_libs += 1
 
 
 def unregister_lib(desc: Any) -> None:
     global _live_libs
-    prog = _registry.unregister(addr(desc))
+    prog = registry.unregister(addr(desc))
     if prog is None:
         return
     _live_libs -= 1
     if _live_libs == 0:
         _stop_profile()
-    with _init_lock:
-        for done in _ready.values():
-            done.discard(prog.desc)
+    forget_program(prog)
 
 
 
@@ -102,7 +99,7 @@ def unregister_lib(desc: Any) -> None:
 def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
           names: Any = None, mappers: Any = None, loc: Any = None,
           nowait: bool = False) -> None:
-    d = _construct_device(dev)
+    d = construct_device(dev)
     if d is None:
         return
     args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
@@ -118,7 +115,7 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
             maps.update(d, args)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
-        _fatal("failure of target construct while offloading is mandatory")
+        fatal("failure of target construct while offloading is mandatory")
     d.table.dump_if_asked()
 
 
@@ -175,7 +172,7 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_register_lib", runtime_op=False)(register_lib)
     ext("__tgt_unregister_lib", runtime_op=False)(unregister_lib)
     ext("__tgt_register_requires", runtime_op=False)(lambda flags: None)   # via the entries
-    ext("__tgt_init_all_rtls")(lambda: [_device(i) for i in range(_num_devices())] and None)
+    ext("__tgt_init_all_rtls")(lambda: [device(i) for i in range(num_devices())] and None)
     ext("__tgt_rtl_init")(lambda: None)
     ext("__tgt_rtl_deinit")(lambda: None)
 
@@ -183,24 +180,24 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_target_kernel_nowait", OFFLOAD_FAIL)(
         lambda loc, dev, nt, tl, hp, ka, *deps: target_kernel(loc, dev, nt, tl, hp, ka))
     ext("__tgt_target", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t: _legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t: legacy_target(dev, hp, n, b, a, s, t))
     ext("__tgt_target_nowait", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t, *deps: _legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t, *deps: legacy_target(dev, hp, n, b, a, s, t))
     ext("__tgt_target_mapper", OFFLOAD_FAIL)(
-        lambda loc, dev, hp, n, b, a, s, t, nm, m: _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        lambda loc, dev, hp, n, b, a, s, t, nm, m: legacy_target(dev, hp, n, b, a, s, t, nm, m))
     ext("__tgt_target_nowait_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, *deps:
-        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        legacy_target(dev, hp, n, b, a, s, t, nm, m))
     ext("__tgt_target_teams", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t, nt, tl: _legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t, nt, tl: legacy_target(dev, hp, n, b, a, s, t))
     ext("__tgt_target_teams_nowait", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t, nt, tl, *deps: _legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t, nt, tl, *deps: legacy_target(dev, hp, n, b, a, s, t))
     ext("__tgt_target_teams_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl:
-        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        legacy_target(dev, hp, n, b, a, s, t, nm, m))
     ext("__tgt_target_teams_nowait_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl, *deps:
-        _legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        legacy_target(dev, hp, n, b, a, s, t, nm, m))
     ext("__tgt_target_kernel_replay", OFFLOAD_FAIL)(_replay)
     ext("__kmpc_push_target_tripcount")(lambda dev, trip: None)    # the host ignores it
     ext("__kmpc_push_target_tripcount_mapper")(lambda loc, dev, trip: None)
@@ -211,13 +208,13 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_target_nowait_query")(_nowait_query)
 
     # the OpenMP device API
-    ext("omp_get_num_devices", 0)(_num_devices)
-    ext("__tgt_get_num_devices", 0)(_num_devices)
-    ext("omp_get_initial_device", 0)(_num_devices)
-    ext("omp_get_device_num", 0)(_num_devices)        # called on the host: the initial one
+    ext("omp_get_num_devices", 0)(num_devices)
+    ext("__tgt_get_num_devices", 0)(num_devices)
+    ext("omp_get_initial_device", 0)(num_devices)
+    ext("omp_get_device_num", 0)(num_devices)        # called on the host: the initial one
     ext("tgt_pause_resource", 0)(lambda kind, dev: 0)
     ext("omp_get_mapped_ptr", ffi.NULL)(
-        lambda p, dev: _ptr(omp.omp_get_mapped_ptr(_p(p), _device_number(dev)) or 0))
+        lambda p, dev: _ptr(omp.omp_get_mapped_ptr(_p(p), device_number(dev)) or 0))
     ext("omp_target_alloc", ffi.NULL)(
         lambda size, dev: _ptr(_alloc(omp.omp_target_alloc, size, dev)))
     ext("omp_target_free")(lambda p, dev: _free(omp.omp_target_free, p, dev))
@@ -227,7 +224,7 @@ def bind(lib_ffi: Any) -> None:
         ext(f"llvm_omp_target_free_{kind}")(
             _bind_free(getattr(omp, f"llvm_omp_target_free_{kind}")))
     ext("omp_target_is_present", 0)(
-        lambda p, dev: omp.omp_target_is_present(_p(p), _device_number(dev)))
+        lambda p, dev: omp.omp_target_is_present(_p(p), device_number(dev)))
     ext("omp_target_memcpy", OFFLOAD_FAIL)(_memcpy)
     ext("omp_target_memcpy_async", OFFLOAD_FAIL)(
         lambda d, s, n, do, so, dd, sd, cnt, lst: _memcpy(d, s, n, do, so, dd, sd))
@@ -240,25 +237,25 @@ def bind(lib_ffi: Any) -> None:
         lambda p, v, n, dev, cnt, lst: _memset(p, v, n, dev))
     ext("omp_target_associate_ptr", OFFLOAD_FAIL)(
         lambda h, d, size, off, dev: omp.omp_target_associate_ptr(
-            _p(h), _p(d), size, off, _load_dev(dev)))
+            _p(h), _p(d), size, off, load_device(dev)))
     ext("omp_target_disassociate_ptr", OFFLOAD_FAIL)(
-        lambda h, dev: omp.omp_target_disassociate_ptr(_p(h), _load_dev(dev)))
+        lambda h, dev: omp.omp_target_disassociate_ptr(_p(h), load_device(dev)))
     ext("llvm_omp_target_lock_mem", ffi.NULL)(
-        lambda p, size, dev: _ptr(omp.llvm_omp_target_lock_mem(_p(p), size, _load_dev(dev))))
+        lambda p, size, dev: _ptr(omp.llvm_omp_target_lock_mem(_p(p), size, load_device(dev))))
     ext("llvm_omp_target_unlock_mem")(
-        lambda p, dev: omp.llvm_omp_target_unlock_mem(_p(p), _load_dev(dev)))
+        lambda p, dev: omp.llvm_omp_target_unlock_mem(_p(p), load_device(dev)))
     ext("llvm_omp_target_dynamic_shared_alloc", ffi.NULL)(lambda: ffi.NULL)
     ext("ompx_dump_mapping_tables")(omp_async.ompx_dump_mapping_tables)
 
     # interop objects: none of offload's host devices has a foreign runtime to hand out
-    ext("__tgt_interop_init")(_interop_init)
+    ext("__tgt_interop_init")(interop_init)
     ext("__tgt_interop_use")(lambda loc, gtid, ip, dev, nd, dl, nw: None)
-    ext("__tgt_interop_destroy")(_interop_destroy)
-    ext("omp_get_interop_int", 0)(_interop_int)
-    ext("omp_get_interop_ptr", ffi.NULL)(_interop_ptr)
-    ext("omp_get_interop_str", ffi.NULL)(_interop_str)
-    ext("omp_get_interop_name", ffi.NULL)(_interop_name)
-    ext("omp_get_interop_type_desc", ffi.NULL)(_interop_type_desc)
+    ext("__tgt_interop_destroy")(interop_destroy)
+    ext("omp_get_interop_int", 0)(interop_int)
+    ext("omp_get_interop_ptr", ffi.NULL)(interop_ptr)
+    ext("omp_get_interop_str", ffi.NULL)(interop_str)
+    ext("omp_get_interop_name", ffi.NULL)(interop_name)
+    ext("omp_get_interop_type_desc", ffi.NULL)(interop_type_desc)
 
     ext("__tgt_set_info_flag")(_set_info)
     ext("__tgt_print_device_info", 0)(_print_device_info)
@@ -269,11 +266,11 @@ def bind(lib_ffi: Any) -> None:
 
 
 def _alloc(fn: Callable[[int, int], int], size: int, dev: int) -> int:
-    return fn(size, _load_dev(dev)) or 0
+    return fn(size, load_device(dev)) or 0
 
 
 def _free(fn: Callable[[Any, int], None], p: Any, dev: int) -> None:
-    fn(_p(p), _load_dev(dev))
+    fn(_p(p), load_device(dev))
 
 
 def _bind_alloc(fn: Callable[[int, int], int]) -> Callable[[int, int], Any]:
@@ -285,7 +282,7 @@ def _bind_free(fn: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
 
 
 def _memcpy(d: Any, s: Any, n: int, do: int, so: int, dd: int, sd: int) -> int:
-    return omp.omp_target_memcpy(_p(d), _p(s), n, do, so, _load_dev(dd), _load_dev(sd))
+    return omp.omp_target_memcpy(_p(d), _p(s), n, do, so, load_device(dd), load_device(sd))
 
 
 def _memcpy_rect(d: Any, s: Any, es: int, nd: int, vol: Any, doff: Any, soff: Any,
@@ -296,11 +293,11 @@ def _memcpy_rect(d: Any, s: Any, es: int, nd: int, vol: Any, doff: Any, soff: An
     def ints(p: Any) -> list[int]:
         return [int(p[i]) for i in range(nd)] if p != ffi.NULL else []
     return omp.omp_target_memcpy_rect(_p(d), _p(s), es, nd, ints(vol), ints(doff), ints(soff),
-                                      ints(ddim), ints(sdim), _load_dev(ddev), _load_dev(sdev))
+                                      ints(ddim), ints(sdim), load_device(ddev), load_device(sdev))
 
 
 def _memset(p: Any, v: int, n: int, dev: int) -> Any:
-    return _ptr(omp_async.omp_target_memset(_p(p), v, n, _load_dev(dev)) or 0)
+    return _ptr(omp_async.omp_target_memset(_p(p), v, n, load_device(dev)) or 0)
 
 
 def _nowait_query(handle: Any) -> None:
@@ -322,12 +319,12 @@ def _record_replay(*args: Any) -> int:
 
 
 def _set_info(flags: int) -> None:
-    for d in _rt().manager.initialized():
+    for d in ensure_runtime().manager.initialized():
         d.table.info = int(flags)
 
 
 def _print_device_info(dev: int) -> int:
-    d = _device(dev)
+    d = device(dev)
     if d is None:
         return 0
     sys.stderr.write(f"Device {d.number} ({d.plugin.name}):\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .devices import _device_number
+from .devices import device_number
 from .images import addr, ffi
 
 _interops: dict[int, tuple[Any, int]] = {}
@@ -14,16 +14,16 @@ _PROPS = {-1: b"fr_id", -2: b"fr_name", -3: b"vendor", -4: b"vendor_name", -5: b
           -6: b"platform", -7: b"device", -8: b"device_context", -9: b"targetsync"}
 
 
-def _interop_init(loc: Any, gtid: int, interop: Any, kind: int, dev: int, *rest: Any) -> None:
+def interop_init(loc: Any, gtid: int, interop: Any, kind: int, dev: int, *rest: Any) -> None:
     """An interop object naming the device (no foreign runtime: properties beyond the
     device number report no value)."""
-    n = _device_number(dev)
+    n = device_number(dev)
     obj = ffi.new("int64_t[2]", [n, kind])
     _interops[addr(obj)] = (obj, n)
     ffi.cast("void **", interop)[0] = obj
 
 
-def _interop_destroy(loc: Any, gtid: int, interop: Any, *rest: Any) -> None:
+def interop_destroy(loc: Any, gtid: int, interop: Any, *rest: Any) -> None:
     p = ffi.cast("void **", interop)
     _interops.pop(addr(p[0]), None)
     p[0] = ffi.NULL
@@ -34,7 +34,7 @@ def _ret(code: Any, v: int) -> None:
         code[0] = v
 
 
-def _interop_int(interop: Any, prop: int, code: Any) -> int:
+def interop_int(interop: Any, prop: int, code: Any) -> int:
     found = _interops.get(addr(interop))
     if found is None:
         _ret(code, _IRC_OUT_OF_RANGE if interop == ffi.NULL else _IRC_NO_VALUE)
@@ -46,12 +46,12 @@ def _interop_int(interop: Any, prop: int, code: Any) -> int:
     return 0
 
 
-def _interop_ptr(interop: Any, prop: int, code: Any) -> Any:
+def interop_ptr(interop: Any, prop: int, code: Any) -> Any:
     _ret(code, _IRC_NO_VALUE if addr(interop) in _interops else _IRC_OUT_OF_RANGE)
     return ffi.NULL
 
 
-def _interop_str(interop: Any, prop: int, code: Any) -> Any:
+def interop_str(interop: Any, prop: int, code: Any) -> Any:
     _ret(code, _IRC_NO_VALUE if addr(interop) in _interops else _IRC_OUT_OF_RANGE)
     return ffi.NULL
 
@@ -59,12 +59,12 @@ def _interop_str(interop: Any, prop: int, code: Any) -> Any:
 _NAMES = {k: ffi.new("char[]", v) for k, v in _PROPS.items()}
 
 
-def _interop_name(interop: Any, prop: int) -> Any:
+def interop_name(interop: Any, prop: int) -> Any:
     return _NAMES.get(prop, ffi.NULL)
 
 
 _TYPE_DESC = ffi.new("char[]", b"int")
 
 
-def _interop_type_desc(interop: Any, prop: int) -> Any:
+def interop_type_desc(interop: Any, prop: int) -> Any:
     return _TYPE_DESC if prop in _PROPS else ffi.NULL

@@ -10,7 +10,7 @@ from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
 from ..plugins import _cuda_openmp
 from . import maps
-from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, _cuda_image, _device, _fatal, _registry
+from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, cuda_image, device, fatal, registry
 from .images import _cast, addr, ffi
 
 _FN_TYPES: dict[int, Any] = {}
@@ -39,20 +39,20 @@ def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
     `host_ptr` in `dev`'s copy of its image; cached until a program (un)registers."""
     key = (host_ptr, dev.number)
     cached = _KERNELS.get(key)
-    if cached is not None and cached[0] == _registry.version:
+    if cached is not None and cached[0] == registry.version:
         return cached[1]
-    prog, entry = _registry.kernel(host_ptr)
+    prog, entry = registry.kernel(host_ptr)
     found: tuple[Any, str]
     if dev.plugin.name == "cuda" and "nvptx" in prog.images:
-        found = (_cuda_image(dev, prog)[0], entry.name)
+        found = (cuda_image(dev, prog)[0], entry.name)
     else:
-        handle = _registry.load(prog, dev.number)
+        handle = registry.load(prog, dev.number)
         if handle is None:
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"kernel '{entry.name}' has no image for device {dev.number} "
                                f"({dev.plugin.name})")
-        found = (_registry.symbol(handle, entry.name), entry.name)
-    _KERNELS[key] = (_registry.version, found)
+        found = (registry.symbol(handle, entry.name), entry.name)
+    _KERNELS[key] = (registry.version, found)
     return found
 
 
@@ -115,20 +115,20 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
 _EMPTY: tuple[list[maps.Arg], list[maps.Arg]] = ([], [])
 
 
-def _construct_device(dev: int) -> Any:
+def construct_device(dev: int) -> Any:
     """The construct's device; a device that cannot run it stops the program after LLVM's
     message (the policy is mandatory once there are devices)."""
     try:
-        return _device(dev)
+        return device(dev)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
-        _fatal("failure of target construct while offloading is mandatory")
+        fatal("failure of target construct while offloading is mandatory")
         raise
 
 
 def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_ptr: Any,
                   kargs: Any) -> int:
-    d = _construct_device(dev)
+    d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
     k = _cast(_T_KARGS, kargs)
@@ -143,13 +143,13 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
                        int(k.Tripcount))
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
-        _fatal("failure of target construct while offloading is mandatory")
+        fatal("failure of target construct while offloading is mandatory")
         return OFFLOAD_FAIL
 
 
-def _legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
+def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
                    types: Any, names: Any = None, mappers: Any = None) -> int:
-    d = _construct_device(dev)
+    d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
@@ -157,5 +157,5 @@ def _legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, siz
         return _launch(d, addr(host_ptr), args, bases)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
-        _fatal("failure of target construct while offloading is mandatory")
+        fatal("failure of target construct while offloading is mandatory")
         return OFFLOAD_FAIL
