@@ -58,6 +58,11 @@ static void enter_exit(void) {
 #pragma omp target exit data map(from: small[0:1000])
 }
 
+static void present_region(void) {
+#pragma omp target map(tofrom: small[0:1000])
+  { small[0] += 1; }
+}
+
 static void update_to(void) {
 #pragma omp target update to(small[0:1000])
 }
@@ -77,6 +82,7 @@ int main(void) {
   measure("enter+exit 1000 ints", enter_exit);
 #pragma omp target enter data map(to: small[0:1000])
   measure("target update to 1000 ints", update_to);
+  measure("target on mapped 1000 ints", present_region);
 #pragma omp target exit data map(release: small[0:1000])
   measure("lock+unlock 4000 bytes", lock_unlock);
   return small[0] == 0;

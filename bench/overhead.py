@@ -90,6 +90,9 @@ def main() -> None:
 
     add("enter+exit 1000 ints", per_call(enter_exit),
         per_call(lambda: (np.copyto(b, a), np.copyto(a, b))), "2 numpy copies")
+    with offload.target_data(offload.tofrom(a), device=0):   # the loop inside a data region
+        add("target on mapped 1000 ints", per_call(lambda: offload.target(k.touch, a,
+                                                                          device=0)))
 
     # lookup cost against the number of live mappings
     keep = []
