@@ -41,11 +41,14 @@ VARIABLES = {
     "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS": "off | on | mandatory: pin host buffers when mapped",
     "OFFLOAD_PLUGINS": "comma list restricting and ordering plugins (e.g. host,cuda)",
     "OFFLOAD_HOST_NUM_DEVICES": "number of host-plugin devices (default 1)",
-    "OFFLOAD_CACHE_DIR": "where compile_c keeps compiled images (default ~/.cache/offload)",
+    "OFFLOAD_CACHE_DIR": "where compile_c, compile_openmp and the drop-in libomptarget keep what "
+                         "they build (default ~/.cache/offload)",
     "OFFLOAD_CC": "C compiler used by compile_c (default $CC, else cc)",
     "OFFLOAD_CUDA_LIBRARY": "path of libcuda (default libcuda.so.1)",
     "OFFLOAD_CUDA_NVRTC_LIBRARY": "path of libnvrtc (default: searched)",
     "OFFLOAD_AMDGPU_HSA_LIBRARY": "path of libhsa-runtime64 (default libhsa-runtime64.so.1)",
+    "OFFLOAD_CAPI_PROFILE": "path: a C program on the drop-in libomptarget writes a cProfile "
+                            "of its calls into offload there when it exits",
 }
 
 
