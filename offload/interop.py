@@ -314,6 +314,6 @@ def wait_stream(stream: Any, device: int | None = None) -> None:
                            f"wait_stream: expected a raw stream handle (int) or a CuPy / "
                            f"PyTorch stream, got {stream!r}")
     dev = _current().device(device)
-    if dev is None or dev.plugin.name != "cuda":
-        return                        # nothing runs asynchronously to wait for
-    dev.plugin.wait_foreign_stream(stream)   # type: ignore[attr-defined]
+    waiter = getattr(dev.plugin, "wait_foreign_stream", None) if dev is not None else None
+    if waiter is not None:            # else nothing of that library runs here to wait for
+        waiter(stream)

@@ -428,11 +428,8 @@ class MappingTable:
     def busy_entry(self, p: int, n: int) -> HostDataToTarget | None:
         """The entry sharing a byte with [p, p+n), marked in use (see `acquire_busy`), or
         None."""
-        with self._lock:
-            e = self._find(p, max(n, 1))[0]
-            if e is not None:
-                e.busy += 1
-            return e
+        marked = self.mark_busy_for(((p, n),))
+        return marked[0] if marked else None
 
     def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
         """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,

@@ -11,9 +11,6 @@ import weakref
 from typing import Any
 
 from .. import config, omp, runtime
-from ..errors import ErrorCode, OffloadError
-from ..image import Binary
-from ..plugins import _cuda_openmp
 from ..runtime import current
 from .abi import ENTRY_INDIRECT
 from .images import Program, Registry, ffi, is_link
@@ -100,60 +97,31 @@ def device(dev: int, construct: bool = True) -> Any:
 _loaded: dict[int, tuple[Any, int]] = {}
 
 
-_REQUIRES_USM = 0x8
-
-
-def _check_requires(d: Any) -> None:
-    """`requires unified_shared_memory` on a device that cannot reach pageable host memory
-    (a GPU without HMM) is refused by name, rather than left to fault in a kernel."""
-    if registry.requires & _REQUIRES_USM and d.plugin.name == "cuda" and \
-            not d.info().get("pageable memory access"):
-        raise OffloadError(ErrorCode.UNSUPPORTED,
-                           f"the program requires unified_shared_memory, but device "
-                           f"{d.number} ({d.plugin.name}) cannot access pageable host memory "
-                           f"(no HMM on this system)")
-
-
 def _load_images(d: Any) -> None:
-    """Each registered program's image on device `d`, its globals mapped for good (LLVM
-    maps declare target variables, `link` reference pointers included, at load)."""
-    _check_requires(d)
+    """Each registered program's image for `d`'s plugin loaded on device `d`, its globals
+    mapped for good (LLVM maps declare target variables, `link` reference pointers
+    included, at load); the programs' `requires` flags checked first."""
+    g = d.generic
+    g.omp_requires(registry.requires)
+    kind = d.plugin.omp_image_kind
     with _init_lock:
         version = registry.version
         done = _ready.setdefault(d, set())
         for prog in list(registry.programs.values()):
             if prog.desc in done:
                 continue
-            if d.plugin.name == "cuda" and "nvptx" in prog.images:
-                binary, program = cuda_image(d, prog)
+            image = prog.images.get(kind) if kind else None
+            if image is not None:
+                program = g.omp_load(image, tuple(
+                    (e.addr, e.name) for e in prog.entries if e.flags & ENTRY_INDIRECT))
                 for e in prog.entries:
                     if e.size > 0 and (e.flags == 0 or is_link(e)):
-                        g = _cuda_openmp.global_address(d.generic, program, e.name)
-                        if g is not None:
-                            d.table.associate(e.addr, g[0], e.size)
-            else:
-                handle = registry.load(prog, d.number)
-                if handle is not None:
-                    for e in prog.entries:
-                        if e.size > 0 and (e.flags == 0 or is_link(e)):
-                            d.table.associate(e.addr, registry.symbol(handle, e.name),
-                                              e.size)
+                        where = g.omp_global(program, e.name)
+                        if where is not None:
+                            d.table.associate(e.addr, where, e.size)
             done.add(prog.desc)
         _loaded[id(d)] = (d, version)
 
-
-def cuda_image(d: Any, prog: Program) -> tuple[Any, Any]:
-    """The program's nvptx image loaded on CUDA device `d` (environment written once)."""
-    binary = prog.loaded.get(("nvptx", d.number))
-    if binary is None:
-        binary = Binary.from_bytes(prog.images["nvptx"], None)
-        prog.loaded[("nvptx", d.number)] = binary
-    fresh = binary.digest not in d.generic._loaded
-    program = d.generic.load(binary)
-    if fresh:
-        _cuda_openmp.prepare(d.generic, program, tuple(
-            (e.addr, e.name) for e in prog.entries if e.flags & ENTRY_INDIRECT))
-    return binary, program
 
 def num_devices() -> int:
     return ensure_runtime().num_devices()

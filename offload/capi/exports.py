@@ -49,20 +49,12 @@ def _guard(default: Any, fn: Callable[..., Any], runtime_op: bool = True
     """Run an export's body as an offload operation (`runtime_op`; else, for
     registration, without starting the runtime); an error becomes LLVM's message and
     the failure value."""
-    if not runtime_op:
-        def plain(*args: Any) -> Any:
-            try:
-                return fn(*args)
-            except OffloadError as exc:
-                sys.stderr.write(f"omptarget error: {exc.message}\n")
-                return default
-        return plain
-    op = operation(fn)
+    op = operation(fn) if runtime_op else fn
 
     def call(*args: Any) -> Any:
         try:
-            if runtime._process.live is None:
-                ensure_runtime()                          # started as the C program needs it
+            if runtime_op and runtime._process.live is None:
+                ensure_runtime()                 # started as the C program needs it
             return op(*args)
         except OffloadError as exc:
             sys.stderr.write(f"omptarget error: {exc.message}\n")
@@ -259,7 +251,7 @@ def bind(lib_ffi: Any) -> None:
 
     ext("__tgt_set_info_flag")(_set_info)
     ext("__tgt_print_device_info", 0)(_print_device_info)
-    ext("__tgt_activate_record_replay", OFFLOAD_FAIL)(_record_replay)
+    ext("__tgt_activate_record_replay", OFFLOAD_FAIL)(_replay)
     ext("ompt_libomptarget_connect")(lambda result: None)   # no OMPT tool support
 
 
@@ -307,12 +299,7 @@ def _nowait_query(handle: Any) -> None:
 
 
 def _replay(*args: Any) -> int:
-    sys.stderr.write("omptarget error: kernel record and replay is not supported by "
-                     "offload\n")
-    return OFFLOAD_FAIL
-
-
-def _record_replay(*args: Any) -> int:
+    """__tgt_target_kernel_replay and __tgt_activate_record_replay: not supported."""
     sys.stderr.write("omptarget error: kernel record and replay is not supported by "
                      "offload\n")
     return OFFLOAD_FAIL

@@ -1,11 +1,10 @@
 """Registered programs: the `__tgt_bin_desc`s clang-19 executables and libraries hand to
-`__tgt_register_lib`, their offload entries, and their x86_64 device images loaded on
-each host-plugin device (dlopen'ed from an anonymous memory file: nothing left on disk)."""
+`__tgt_register_lib`, their offload entries and their device images by kind (the plugins
+load them: GenericDevice.omp_load)."""
 from __future__ import annotations
 
-import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cffi
@@ -15,13 +14,6 @@ from .abi import ENTRY_INDIRECT, ENTRY_LINK, ENTRY_REQUIRES, TYPES
 
 ffi = cffi.FFI()
 ffi.cdef(TYPES)
-ffi.cdef("""
-void *dlopen(const char *filename, int flags);
-void *dlsym(void *handle, const char *symbol);
-char *dlerror(void);
-""")
-_libdl = ffi.dlopen(None)
-_RTLD_NOW, _RTLD_LOCAL = 0x2, 0x0
 _ELF_MAGIC = b"\x7fELF"
 _MACHINES = {62: "x86_64", 190: "nvptx"}        # ELF e_machine of the images we run
 
@@ -53,7 +45,6 @@ class Program:
     desc: int
     entries: list[Entry]
     images: dict[str, bytes]                # "x86_64" / "nvptx" -> the raw inner ELF image
-    loaded: dict[Any, Any] = field(default_factory=dict)     # device number -> handle
     requires: int = 0
 
 
@@ -66,7 +57,6 @@ class Registry:
         self.kernels: dict[int, tuple[Program, Entry]] = {}
         self.requires = 0
         self.version = 0                    # bumped by every (un)registration
-        self._fds: list[int] = []
 
     def register(self, desc_addr: int) -> Program:
         desc = ffi.cast("__tgt_bin_desc *", desc_addr)
@@ -114,33 +104,6 @@ class Registry:
         """The kinds of device image the registered programs carry."""
         with self.lock:
             return {k for p in self.programs.values() for k in p.images}
-
-    def load(self, prog: Program, device: int) -> Any:
-        """The program's x86_64 image loaded for host device `device` (each device its
-        own copy, as LLVM's host plugin), or None when it has none."""
-        with self.lock:
-            handle = prog.loaded.get(device)
-            if handle is not None or "x86_64" not in prog.images:
-                return handle
-            fd = os.memfd_create(f"offload-image-{device}", getattr(os, "MFD_CLOEXEC", 0))
-            view = memoryview(prog.images["x86_64"])
-            while view:
-                view = view[os.write(fd, view):]
-            handle = _libdl.dlopen(f"/proc/self/fd/{fd}".encode(), _RTLD_NOW | _RTLD_LOCAL)
-            if handle == ffi.NULL:
-                os.close(fd)
-                raise OffloadError(ErrorCode.INVALID_BINARY,
-                                   f"the x86_64 image does not load: "
-                                   f"{ffi.string(_libdl.dlerror()).decode(errors='replace')}")
-            self._fds.append(fd)              # open while loaded: the loader knows paths
-            prog.loaded[device] = handle
-            return handle
-
-    def symbol(self, handle: Any, name: str) -> int:
-        p = _libdl.dlsym(handle, name.encode())
-        if p == ffi.NULL:
-            raise OffloadError(ErrorCode.NOT_FOUND, f"symbol '{name}' not in the device image")
-        return addr(p)
 
 
 def _entries(begin: Any, end: Any) -> list[Any]:

@@ -8,82 +8,39 @@ from typing import Any
 
 from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
-from ..plugins import _cuda_openmp
 from . import maps
-from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, cuda_image, device, fatal, registry
+from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, fatal, registry
 from .images import _cast, addr, ffi
 
-_FN_TYPES: dict[int, Any] = {}
-_CALLABLE: dict[tuple[int, int], Any] = {}     # (address, arguments) -> cffi function
-# (region id, device number) -> (registry version, (kernel, name))
+# (region id, device number) -> (registry version, (loaded program, kernel name))
 _KERNELS: dict[tuple[int, int], tuple[int, tuple[Any, str]]] = {}
 _T_KARGS = ffi.typeof("KernelArgsTy *")
-_NO_DYN = 2**64 - 1                            # dyn_ptr = ~0, as LLVM's host plugin
-
-
-def _call_kernel(fn: int, args: list[int]) -> None:
-    """kernel(~0, args...): every argument pointer-sized (LLVM's host plugin); the GIL is
-    released while it runs."""
-    n = len(args)
-    f = _CALLABLE.get((fn, n))
-    if f is None:
-        t = _FN_TYPES.get(n)
-        if t is None:
-            t = _FN_TYPES[n] = ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (n + 1))})")
-        f = _CALLABLE[(fn, n)] = ffi.cast(t, fn)
-    f(_NO_DYN, *args)
 
 
 def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
-    """(address, or nvptx Binary on a CUDA device; name) of the kernel of region
-    `host_ptr` in `dev`'s copy of its image; cached until a program (un)registers."""
+    """(the loaded program, name) of the kernel of region `host_ptr` on `dev`; cached
+    until a program (un)registers."""
     key = (host_ptr, dev.number)
     cached = _KERNELS.get(key)
     if cached is not None and cached[0] == registry.version:
         return cached[1]
     prog, entry = registry.kernel(host_ptr)
-    found: tuple[Any, str]
-    if dev.plugin.name == "cuda" and "nvptx" in prog.images:
-        found = (cuda_image(dev, prog)[0], entry.name)
-    else:
-        handle = registry.load(prog, dev.number)
-        if handle is None:
-            raise OffloadError(ErrorCode.INVALID_BINARY,
-                               f"kernel '{entry.name}' has no image for device {dev.number} "
-                               f"({dev.plugin.name})")
-        found = (registry.symbol(handle, entry.name), entry.name)
+    kind = dev.plugin.omp_image_kind
+    image = prog.images.get(kind) if kind else None
+    if image is None:
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"kernel '{entry.name}' has no image for device {dev.number} "
+                           f"({dev.plugin.name})")
+    found = (dev.generic.omp_load(image), entry.name)
     _KERNELS[key] = (registry.version, found)
     return found
 
 
-def _run_kernel(dev: Any, fn: Any, name: str, kargs: list[int], teams: int, threads: int,
-                tripcount: int) -> None:
-    """Run the kernel: a host function called in place, or an nvptx kernel launched with
-    LLVM 19's geometry and its launch environment as argument 0."""
-    if isinstance(fn, int):
-        _call_kernel(fn, kargs)
-        return
-    g = dev.generic
-    program = g.load(fn)
-    functions = _cuda_openmp.indirect_functions(g, program)
-    if functions:
-        # clang 19 emits no lookup at indirect call sites (later clang calls
-        # __llvm_omp_indirect_call_lookup there): a host function pointer passed by value
-        # arrives as the device function, or calling it would fault (as under LLVM 19)
-        kargs = [functions.get(a, a) for a in kargs]
-    env = _cuda_openmp.kernel_environment(g, program, name)
-    blocks, block = _cuda_openmp.geometry(g, env, teams, threads, tripcount,
-                                          g.kernel(fn, name).handle[1])
-    launch_env, allocs = _cuda_openmp.launch_environment(g, env, blocks)
-    try:
-        if dev.table.info & 0x10:
-            sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel {name} "
-                             f"with {blocks} blocks and {block} threads\n")
-        dev.plugin.launch_kernel(dev.local_id, fn, name, [launch_env, *kargs], blocks, block)
-        _cuda_openmp.flush_printf(g, fn)
-    finally:
-        for p in allocs:
-            g.free(p)
+def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
+                threads: int, tripcount: int) -> None:
+    how = dev.generic.omp_launch(program, name, kargs, teams, threads, tripcount)
+    if dev.table.info & 0x10:                    # LIBOMPTARGET_INFO: PLUGIN_KERNEL
+        say(dev.number, f"Launching kernel {name} {how}")
 
 
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
@@ -97,9 +54,6 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
     try:
         kargs, private = maps.kernel_args(dev, given)
         try:
-            if dev.table.info & 0x10 and isinstance(fn, int):
-                sys.stderr.write(f"omptarget device {dev.number} info: Launching kernel "
-                                 f"{name} with {len(kargs)} argument(s)\n")
             _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
         finally:
             for p in private:

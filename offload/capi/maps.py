@@ -220,9 +220,14 @@ def _attach(dev: Device, a: Arg) -> None:
     if pe is None or oe is None:
         return
     host_value = ctypes.c_uint64.from_address(a.base).value
-    tgt_value = oe.tgt_begin + (a.begin - oe.hst_begin) - (a.begin - host_value)
-    buf = np.array([tgt_value], dtype=np.uint64)
-    dev.submit(pe.tgt_begin + (a.base - pe.hst_begin), buf.ctypes.data, 8)
+    _write_pointer(dev, pe.tgt_begin + (a.base - pe.hst_begin),
+                   oe.tgt_begin + (a.begin - oe.hst_begin) - (a.begin - host_value))
+
+
+def _write_pointer(dev: Device, where: int, value: int) -> None:
+    """Store the 8-byte `value` at device address `where`."""
+    buf = np.array([value], dtype=np.uint64)
+    dev.submit(where, buf.ctypes.data, 8)
 
 
 def _shadows(args: list[Arg]) -> list[tuple[int, int]]:
@@ -320,5 +325,5 @@ def _lambda_captures(dev: Device, args: list[Arg], copies: dict[int, int]) -> No
         e = dev.table.lookup(a.begin, max(a.size, 1))
         if e is None:
             continue
-        value = np.array([e.tgt_begin + (a.begin - e.hst_begin)], dtype=np.uint64)
-        dev.submit(copy + (a.base - args[parent].begin), value.ctypes.data, 8)
+        _write_pointer(dev, copy + (a.base - args[parent].begin),
+                       e.tgt_begin + (a.begin - e.hst_begin))

@@ -88,7 +88,7 @@ def _cuda_targets(llvm_lib: str) -> tuple[list[str], dict[str, str]]:
     """With a CUDA device and a CUDA toolkit: the flags that add its nvptx image (and the
     environment that finds LLVM's device runtime); else nothing."""
     m = current().manager
-    arch = next((p.architecture(0) for p in m.plugins if p.name == "cuda"
+    arch = next((p.architecture(0) for p in m.plugins if p.omp_image_kind == "nvptx"
                  and p.number_of_devices()), None)
     roots = [os.environ.get("CUDA_PATH", ""), "/usr/local/cuda", *sorted(
         glob.glob("/usr/local/cuda-*"), reverse=True)]

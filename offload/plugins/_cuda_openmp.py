@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,3 +221,27 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
     allocs.append(addr)
     _write(dev, addr, struct.pack("<IIQ", 0, 0, buffer))
     return addr, allocs
+
+
+def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,
+           threads: int, tripcount: int) -> str:
+    """Run kernel `name` of a loaded image to completion: host function pointers among
+    the arguments translated through the indirect call table (clang 19 emits no lookup
+    at indirect call sites; later clang calls __llvm_omp_indirect_call_lookup there, and
+    under LLVM 19 such a call faults), LLVM 19's geometry, the launch environment as
+    argument 0, device printf flushed. Returns how it ran, for LIBOMPTARGET_INFO."""
+    program = dev.load(binary)
+    functions = indirect_functions(dev, program)
+    if functions:
+        args = [functions.get(a, a) for a in args]
+    env = kernel_environment(dev, program, name)
+    blocks, block = geometry(dev, env, teams, threads, tripcount,
+                             dev.kernel(binary, name).handle[1])
+    launch_env, allocs = launch_environment(dev, env, blocks)
+    try:
+        dev.plugin.launch_kernel(dev.id, binary, name, [launch_env, *args], blocks, block)
+        flush_printf(dev, binary)
+    finally:
+        for p in allocs:
+            dev.free(p)
+    return f"with {blocks} blocks and {block} threads"

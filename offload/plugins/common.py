@@ -54,6 +54,7 @@ class GenericDevice:
         self._lock = threading.Lock()
         self._loaded: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], GenericKernel] = {}
+        self._omp_programs: dict[bytes, Any] = {}   # clang OpenMP images loaded (C API)
         self.queues = Queues(self)
         self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
         self.pool = DevicePool(plugin.device_pool_bytes)
@@ -145,6 +146,28 @@ class GenericDevice:
 
     def _free_staging_impl(self, addr: int, queue: Any) -> None: ...
 
+    # clang OpenMP device images (the C API's drop-in libomptarget): the plugin's
+    # `omp_image_kind` says which kind it runs
+    def _omp_load_impl(self, image: bytes, indirect: Sequence[tuple[int, str]]) -> Any:
+        """Load a raw device image (`indirect`: its `declare target indirect` functions as
+        (host address, entry name)); the loaded program."""
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"plugin {self.plugin.name} runs no clang OpenMP images")
+
+    def _omp_global_impl(self, program: Any, name: str) -> int | None:
+        """Device address of a global of a loaded image, or None."""
+        return None
+
+    def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int],
+                         teams: int, threads: int, tripcount: int) -> str:
+        """Run kernel `name` (pointer-sized arguments; LLVM's num_teams / thread_limit /
+        trip count) to completion; how it ran, for LIBOMPTARGET_INFO ("with ...")."""
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"plugin {self.plugin.name} runs no clang OpenMP images")
+
+    def _omp_requires_impl(self, flags: int) -> None:
+        """Refuse `requires` flags this device cannot honour (by name)."""
+
     def _create_queue_impl(self) -> Any: return None
     def _destroy_queue_impl(self, queue: Any) -> None: ...
     def _sync_impl(self, queue: Any) -> None: ...
@@ -200,6 +223,26 @@ class GenericDevice:
     def drain(self) -> None:
         """Wait for every queue this device made."""
         self.queues.drain()
+
+    # ---- clang OpenMP images ----------------------------------------------------
+    def omp_load(self, image: bytes, indirect: Sequence[tuple[int, str]] = ()) -> Any:
+        """A clang OpenMP device image loaded on this device, once per image."""
+        program = self._omp_programs.get(image)
+        if program is None:
+            mine = self._omp_load_impl(image, indirect)
+            with self._lock:
+                program = self._omp_programs.setdefault(image, mine)
+        return program
+
+    def omp_global(self, program: Any, name: str) -> int | None:
+        return self._omp_global_impl(program, name)
+
+    def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
+                   threads: int, tripcount: int) -> str:
+        return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
+
+    def omp_requires(self, flags: int) -> None:
+        self._omp_requires_impl(flags)
 
     # ---- allocations ------------------------------------------------------
     def alloc(self, size: int, kind: AllocKind) -> int:
@@ -349,6 +392,8 @@ class GenericPlugin(Generic[DeviceT]):
     staging_threshold: int | None = None
     staging_chunk = 8 << 20
     staging_lanes = 8
+    #: the kind of clang OpenMP device image its devices run ("x86_64", "nvptx"; None)
+    omp_image_kind: str | None = None
     #: pinned pieces of a copy are split at multiples of this address (None: never), for
     #: drivers that pin large ranges in several registrations a copy may not span
     pin_split: int | None = None

@@ -18,6 +18,7 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import cubin_sm
 from . import _cuda_driver as C
+from . import _cuda_openmp
 from ._cuda_driver import ATTRIBUTES, Driver, ffi
 from ._cuda_driver import ptr as _ptr
 from ._cuda_memory import register, registration, unregister
@@ -30,6 +31,7 @@ REGISTER_CHUNK = 64 << 30           # cuMemHostRegister at most this much at onc
 SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opting in
 
 
+_REQUIRES_USM = 0x8                # requires unified_shared_memory (OMP_REQ_*)
 _SPIN_SECONDS = 100e-6     # spin on a stream this long before sleeping between polls
 _SLEEP_MAX = 100e-6        # then sleep at most this long between polls
 
@@ -388,6 +390,27 @@ class CUDADevice(GenericDevice):
                                              params, _ffi.NULL),
                       f"cuLaunchKernel({name}, grid={grid}, block={block})")
 
+    # ---- clang OpenMP nvptx images (LLVM 19's conventions: _cuda_openmp.py) -----------
+    def _omp_load_impl(self, image: bytes, indirect: Sequence[tuple[int, str]]) -> Any:
+        binary = Binary.from_bytes(image, None)
+        _cuda_openmp.prepare(self, self.load(binary), tuple(indirect))
+        return binary
+
+    def _omp_global_impl(self, program: Any, name: str) -> int | None:
+        found = _cuda_openmp.global_address(self, self.load(program), name)
+        return None if found is None else found[0]
+
+    def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
+                         threads: int, tripcount: int) -> str:
+        return _cuda_openmp.launch(self, program, name, args, teams, threads, tripcount)
+
+    def _omp_requires_impl(self, flags: int) -> None:
+        if flags & _REQUIRES_USM and not self._attr("pageable memory access"):
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"the program requires unified_shared_memory, but CUDA device "
+                               f"{self.id} cannot access pageable host memory (no HMM on "
+                               f"this system)")
+
     def _is_accessible_impl(self, host: int, size: int) -> bool:
         if self._attr("pageable memory access"):
             return True
@@ -411,6 +434,7 @@ class CUDADevice(GenericDevice):
 class CUDAPlugin(GenericPlugin[CUDADevice]):
     name = "cuda"
     priority = 10
+    omp_image_kind = "nvptx"
     device_class = CUDADevice
     asynchronous = True
     device_pool_bytes = 1 << 30     # reuse freed device memory (up to 1 GiB)

@@ -42,6 +42,9 @@ _ffi.cdef("""
     int mlock(const void *, size_t);
     int munlock(const void *, size_t);
     char *strerror(int);
+    void *dlopen(const char *filename, int flags);
+    void *dlsym(void *handle, const char *symbol);
+    char *dlerror(void);
 """)
 _libc = _ffi.dlopen(None)
 
@@ -119,17 +122,34 @@ class _PageLocks:
                     self._refs[p] = n
 
 
-def dlopen_bytes(ffi: cffi.FFI, data: bytes, name: str) -> Any:
-    """dlopen exactly `data`: from an anonymous memory file (memfd), so no file on disk
-    can be swapped between checking the bytes and loading them. The memfd stays open
-    while the library is loaded: the loader knows libraries by path, and a reused
-    /proc/self/fd/N would name an older one."""
+def _memfd(data: bytes, name: str) -> int:
+    """An anonymous memory file holding exactly `data`."""
     fd = os.memfd_create(f"offload-{name}", getattr(os, "MFD_CLOEXEC", 0))
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        lib = ffi.dlopen(f"/proc/self/fd/{fd}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def dlopen_bytes(ffi: cffi.FFI | None, data: bytes, name: str) -> Any:
+    """dlopen exactly `data`: from an anonymous memory file (memfd), so no file on disk
+    can be swapped between checking the bytes and loading them (and none is left behind).
+    The memfd stays open while the library is loaded: the loader knows libraries by path,
+    and a reused /proc/self/fd/N would name an older one. `ffi` None: the raw dlopen
+    handle (for dlsym), else cffi's library object."""
+    fd = _memfd(data, name)
+    path = f"/proc/self/fd/{fd}"
+    try:
+        if ffi is not None:
+            lib = ffi.dlopen(path)
+        else:
+            lib = _libc.dlopen(path.encode(), _RTLD_NOW)
+            if lib == _ffi.NULL:
+                raise OSError(_ffi.string(_libc.dlerror()).decode(errors="replace"))
     except OSError as exc:
         os.close(fd)
         raise OffloadError(ErrorCode.INVALID_BINARY,
@@ -139,6 +159,12 @@ def dlopen_bytes(ffi: cffi.FFI, data: bytes, name: str) -> Any:
         raise
     _LOADED_FDS.append(fd)
     return lib
+
+
+_RTLD_NOW = 0x2
+_NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
+# (image handle, kernel name, argument count) -> the cffi function to call
+_OMP_KERNELS: dict[tuple[int, str, int], Any] = {}
 
 
 _LOADED_FDS: list[int] = []     # memfds of loaded images, open for the process's life
@@ -299,6 +325,29 @@ class HostDevice(GenericDevice):
     def _is_accessible_impl(self, host: int, size: int) -> bool:
         return True
 
+    # ---- clang OpenMP x86_64 images: each device its own copy, as LLVM's host plugin;
+    # kernels are kernel(~0, args...), every argument pointer-sized
+    def _omp_load_impl(self, image: bytes, indirect: Sequence[tuple[int, str]]) -> Any:
+        return dlopen_bytes(None, image, f"image-{self.id}")
+
+    def _omp_global_impl(self, program: Any, name: str) -> int | None:
+        p = _libc.dlsym(program, name.encode())
+        return None if p == _ffi.NULL else int(_ffi.cast("uintptr_t", p))
+
+    def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
+                         threads: int, tripcount: int) -> str:
+        key = (int(_ffi.cast("uintptr_t", program)), name, len(args))
+        fn = _OMP_KERNELS.get(key)
+        if fn is None:
+            addr = self._omp_global_impl(program, name)
+            if addr is None:
+                raise OffloadError(ErrorCode.NOT_FOUND,
+                                   f"kernel '{name}' not in the device image")
+            t = _ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (len(args) + 1))})")
+            fn = _OMP_KERNELS[key] = _ffi.cast(t, addr)
+        fn(_NO_DYN, *args)          # cffi releases the GIL while it runs
+        return f"with {len(args)} argument(s)"
+
     def _info_impl(self) -> dict:
         return {"name": f"host CPU ({platform.machine()})", "kind": "host",
                 "machine": HOST_MACHINE, "cores": os.cpu_count(), "page size": PAGE}
@@ -318,6 +367,7 @@ class HostPlugin(GenericPlugin[HostDevice]):
     # freed "device" memory kept for the next allocation of the same size (as the GPU
     # plugins): no allocator round trip, and no fresh pages to fault in for big arrays
     device_pool_bytes = 256 << 20
+    omp_image_kind = "x86_64" if HOST_MACHINE == "EM_X86_64" else None
 
     def data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
                             shape: tuple[int, ...], strides: tuple[int, ...],

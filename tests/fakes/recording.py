@@ -6,6 +6,7 @@ import threading
 from offload import ErrorCode, OffloadError
 from offload.plugins.common import GenericPlugin
 from offload.plugins.host import HostDevice, HostPlugin
+from offload.plugins.staging import _bytes_at
 
 
 class RecordingDevice(HostDevice):
@@ -102,15 +103,6 @@ class ForeignErrorPlugin(HostPlugin):
     device_class = ForeignErrorDevice
 
 
-def _rows_at(addr, pitch, width, height):
-    import ctypes
-
-    import numpy as np
-    raw = np.frombuffer((ctypes.c_char * ((height - 1) * pitch + width)).from_address(addr),
-                        dtype=np.uint8)
-    return np.lib.stride_tricks.as_strided(raw, (height, width), (pitch, 1))
-
-
 class PitchedDevice(RecordingDevice):
     """A device with 2-D copies (as cuMemcpy2DAsync) and staging buffers, on host memory."""
 
@@ -123,7 +115,7 @@ class PitchedDevice(RecordingDevice):
             return False
         dst, src = (tgt, host) if to_device else (host, tgt)
         dp, sp = (tgt_pitch, host_pitch) if to_device else (host_pitch, tgt_pitch)
-        _rows_at(dst, dp, width, height)[...] = _rows_at(src, sp, width, height)
+        _bytes_at(dst, (height, width), dp)[...] = _bytes_at(src, (height, width), sp)
         return True
 
     def _alloc_staging_impl(self, size):
