@@ -275,3 +275,26 @@ def test_ld_preload_over_llvms_library(built, ours, tmp_path):
                        LD_PRELOAD=os.path.join(ours, abi.SONAME), OFFLOAD_CAPI_PROFILE=str(prof))
     assert (rc, out) == (rc_llvm, out_llvm), err
     assert out.startswith("num devices 4") and prof.exists()
+
+
+def test_loading_after_capsule_lookups(tmp_path):
+    """Loaded into a Python process that has looked attributes up on capsules (DLPack
+    does): cffi's embedding start-up, which uses the capsule type's version tag as a lock,
+    must not abort the process."""
+    import sys
+    script = tmp_path / "late_load.py"
+    script.write_text(
+        "import numpy as np, offload\n"
+        "cap = np.arange(3).__dlpack__()\n"
+        "assert not hasattr(cap, 'anything')\n"
+        "m = offload.compile_openmp('void inc(int *a, int n) {\\n'\n"
+        "    '#pragma omp target map(tofrom: a[0:n])\\n'\n"
+        "    'for (int i = 0; i < n; i++) a[i] += 1;\\n}\\n')\n"
+        "a = np.zeros(4, dtype=np.int32)\n"
+        "m.inc(a, 4)\n"
+        "print(a.tolist())\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[1, 1, 1, 1]"

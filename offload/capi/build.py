@@ -69,8 +69,17 @@ _PREAMBLE = r"""
 static const char *const offload_paths[] = { %s NULL };
 
 __attribute__((constructor)) static void offload_start_python(void) {
-    if (Py_IsInitialized())
-        return;                       /* loaded into a Python program: use its interpreter */
+    if (Py_IsInitialized()) {         /* loaded into a Python program: use its interpreter */
+#if PY_VERSION_HEX < 0x030C0000
+        /* cffi's embedding start-up spins on PyCapsule_Type.tp_version_tag as a lock and
+           asserts it is 0 or its own mark; once Python code has looked an attribute up on
+           a capsule the tag is set, so clear it (a method-cache invalidation, harmless) */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        PyType_Modified(&PyCapsule_Type);
+        PyGILState_Release(gil);
+#endif
+        return;
+    }
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;
