@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .arrays import as_array, span
+from .arrays import address_of, as_array, span
 from .errors import ErrorCode, OffloadError
 
 
@@ -31,16 +30,23 @@ class MapType(enum.IntFlag):
     OMPX_HOLD = 0x2000
 
 
-@dataclass
 class MapItem:
     """One map clause, reduced to addresses at the API edge."""
 
-    host: int
-    size: int
-    type: MapType
-    owner: Any = None
-    name: str | None = None
-    read_only: bool = False
+    __slots__ = ("host", "size", "type", "owner", "name", "read_only")
+
+    def __init__(self, host: int, size: int, type: MapType, owner: Any = None,
+                 name: str | None = None, read_only: bool = False):
+        self.host = host
+        self.size = size
+        self.type = type
+        self.owner = owner
+        self.name = name
+        self.read_only = read_only
+
+    def __repr__(self) -> str:
+        return (f"MapItem(0x{self.host:x}+{self.size}, {self.type!r}, "
+                f"{self.name or type(self.owner).__name__})")
 
     def subject(self) -> str:
         """What the clause maps, for messages: "array 'x' int32[100]"."""
@@ -65,7 +71,13 @@ class MapClause:
 
     def item(self) -> MapItem:
         """The clause as addresses: (host address, size, map type, owner, ...)."""
-        arr = as_array(self.array, "map")
+        arr = self.array
+        if type(arr) is np.ndarray:                     # the common case, checked quickly
+            flags = arr.flags
+            if flags.c_contiguous and not arr.dtype.hasobject:
+                return MapItem(address_of(arr), arr.nbytes, self.type, arr, self.name,
+                               not flags.writeable)
+        arr = as_array(arr, "map")
         p, n = span(arr)
         return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
 

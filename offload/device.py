@@ -10,7 +10,9 @@ from .config import Config
 from .errors import ErrorCode, OffloadError
 from .image import Binary, Kernel
 from .mapping import MappingTable
-from .plugins.common import AllocKind, GenericPlugin
+from .plugins.common import AllocKind, GenericKernel, GenericPlugin
+
+_KERNELS_KEPT = 256          # kernels remembered per device (Device.kernel_for)
 
 
 class Device:
@@ -26,6 +28,8 @@ class Device:
         # per image, the binary this device runs; weak, so a dead image's id is not reused
         self._binaries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._fallbacks: weakref.WeakSet = weakref.WeakSet()      # images reported once
+        # kernel -> the plugin's kernel, loaded; bounded (it keeps images alive)
+        self._kernels: dict[Kernel, GenericKernel] = {}
 
     def __repr__(self) -> str:
         return f"<Device {self.number}: {self.plugin.name} #{self.local_id}>"
@@ -101,6 +105,20 @@ class Device:
                       if self.plugin.is_valid_binary(b, self.local_id)), None)
         self._binaries[key] = found
         return found
+
+    def kernel_for(self, kernel: Kernel) -> GenericKernel | None:
+        """The plugin's kernel for `kernel` (its binary loaded on this device), or None
+        when the image holds no binary for this device."""
+        k = self._kernels.get(kernel)
+        if k is None:
+            binary = self.binary_for(kernel)
+            if binary is None:
+                return None
+            k = self.generic.kernel(binary, kernel.name)
+            if len(self._kernels) >= _KERNELS_KEPT:
+                self._kernels.clear()
+            self._kernels[kernel] = k
+        return k
 
     def check_binary(self, kernel: Kernel) -> Binary:
         b = self.binary_for(kernel)

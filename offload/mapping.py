@@ -34,18 +34,16 @@ _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Inf
 
 
 class _Construct:
-    """What one construct has done so far: the entries it created, the copies it made,
-    the `from` copies it put off until it drops the last reference."""
+    """What one construct of several clauses has done so far: the entries it created,
+    the copies it made, the `from` copies it put off until it drops the last reference."""
 
-    __slots__ = ("created", "copied_to", "copied_from", "deferred", "dying", "own")
+    __slots__ = ("created", "copied_to", "copied_from", "deferred")
 
     def __init__(self) -> None:
         self.created: set[int] = set()                    # id() of entries made here
         self.copied_to: set[tuple[int, int]] = set()
         self.copied_from: set[tuple[int, int]] = set()
         self.deferred: dict[int, list[MapItem]] = {}      # id(entry) -> `from` items
-        self.dying: list[HostDataToTarget] = []           # last reference dropped here
-        self.own: dict[int, int] = {}                     # busy marks of the caller
 
 
 class MappingTable:
@@ -56,8 +54,10 @@ class MappingTable:
         self.device = device          # plugin-local id
         self.number = number          # global device number, for messages
         self.info = int(info)
+        self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
+        self._waiting = 0                                  # threads waiting on _idle
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
         self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
@@ -123,21 +123,28 @@ class MappingTable:
             print(self.dump(caller()), file=sys.stderr)
 
     # ---- begin ------------------------------------------------------------
-    def target_data_begin(self, items: Sequence[MapItem], queue: Any = None) -> list[int]:
-        """Map every item (all or nothing); return each item's device address."""
+    def target_data_begin(self, items: Sequence[MapItem], queue: Any = None,
+                          busy: list[HostDataToTarget] | None = None) -> list[int]:
+        """Map every item (all or nothing); return each item's device address. With
+        `busy` (an empty list), each entry the items use is also marked in use, in the
+        same lock round trip, and appended for `release_busy` (released again on failure)."""
         if not items:
             return []
         self._check_begin(items)
-        c = _Construct()
+        # one clause shares nothing with another: no record of the construct is needed
+        c = _Construct() if len(items) > 1 else None
         done: list[tuple[MapItem, HostDataToTarget]] = []
         out = []
         try:
             for it in items:
-                tgt, e = self._begin_one(it, queue, c)
+                tgt, e = self._begin_one(it, queue, c, busy)
                 out.append(tgt)
                 if e is not None:
                     done.append((it, e))
         except BaseException:
+            if busy:
+                self.release_busy(busy)
+                busy.clear()
             for it, e in reversed(done):
                 self._undo(it, e)
             raise
@@ -146,38 +153,46 @@ class MappingTable:
     def _check_begin(self, items: Sequence[MapItem]) -> None:
         """What can be refused before anything is mapped: `from` into read-only memory,
         and `present` clauses, judged against the table as the construct found it."""
+        present = []
         for it in items:
-            if it.read_only and int(it.type) & _FROM:
+            t = int(it.type)
+            if it.read_only and t & _FROM:
                 raise error([f"cannot map read-only memory at 0x{it.host:x} ({it.size} bytes) "
                              f"from the device"], it,
                             "map it `to` or `alloc`, or pass a writeable array")
+            if t & _PRESENT:
+                present.append(it)
+        if not present:
+            return
         with self._lock:
-            for it in items:
-                t = int(it.type)
-                if not t & _PRESENT:
-                    continue
+            for it in present:
                 e, inside = self._find(it.host, it.size)
                 if e is not None and inside:
                     continue
                 sentences = []
-                if e is not None and not t & _IMPLICIT:
+                if e is not None and not int(it.type) & _IMPLICIT:
                     sentences.append(explicit_extension(it.host, it.size, e.hst_begin,
                                                         e.size))
                 sentences.append(present_missing(it.host, it.size))
                 raise error(sentences, it, "map it first (target_enter_data or an enclosing "
                                            "target_data), or drop present=True")
 
-    def _begin_one(self, it: MapItem, queue: Any,
-                   c: _Construct) -> tuple[int, HostDataToTarget | None]:
-        """Map one item. A new entry is inserted before its allocation and first copy
-        (which run outside the table lock); others that find it wait until it is ready."""
+    def _begin_one(self, it: MapItem, queue: Any, c: _Construct | None,
+                   busy: list[HostDataToTarget] | None = None
+                   ) -> tuple[int, HostDataToTarget | None]:
+        """Map one item (`c` None: the construct's only clause). A new entry is inserted
+        before its allocation and first copy (which run outside the table lock); others
+        that find it wait until it is ready."""
         p, n, t = it.host, it.size, int(it.type)
-        hold = bool(t & _HOLD)
         while True:
             with self._lock:
-                e, inside = self._find(p, n)
+                e = self._by_start.get(p)
+                if e is not None:
+                    inside = p + n <= e.hst_end
+                else:
+                    e, inside = self._find(p, n)
                 if e is not None and (inside or t & _IMPLICIT):
-                    if hold:
+                    if t & _HOLD:
                         e.hold += 1
                     else:
                         e.dyn += 1
@@ -192,22 +207,29 @@ class MappingTable:
                     return 0, None
                 else:
                     e = HostDataToTarget(p, n, 0, it.name, it.owner)
-                    if hold:
+                    if t & _HOLD:
                         e.hold = 1
                     else:
                         e.dyn = 1
-                    e.ready = threading.Lock()
-                    e.ready.acquire()
+                    lock = e.ready = threading.Lock()
+                    lock.acquire()
                     self._insert(e)
                     new = True
+                if busy is not None:
+                    e.busy += 1
+                    busy.append(e)
             if new:
-                c.created.add(id(e))
+                if c is not None:
+                    c.created.add(id(e))
                 return self._make(e, it, queue, c), e
             ready = e.ready
             if ready is not None and ready.locked():
                 with ready:           # wait for its first copy
                     pass
                 if e.failed:            # the entry we counted on never came to be
+                    if busy is not None:
+                        self.release_busy([e])
+                        busy.remove(e)
                     continue
             tgt = e.tgt_begin + (p - e.hst_begin)
             if self.info & _I_EXISTS:
@@ -217,31 +239,38 @@ class MappingTable:
                           f"Name={it.name or 'unknown'}")
             # LLVM: copy when the entry is new *for this region* (an earlier clause of the
             # construct made it), or always
-            if t & _TO and n > 0 and (t & _ALWAYS or
-                                      (id(e) in c.created and (p, n) not in c.copied_to)):
-                c.copied_to.add((p, n))
+            if t & _TO and n > 0 and (t & _ALWAYS or (
+                    c is not None and id(e) in c.created and (p, n) not in c.copied_to)):
+                if c is not None:
+                    c.copied_to.add((p, n))
                 self._copy_to(p, tgt, n, it.name, queue)
             return tgt, e
 
-    def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct) -> int:
+    def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct | None) -> int:
         """Allocate, pin-reference and fill a new entry; on failure remove it."""
         p, n = it.host, it.size
         ready = e.ready
         assert ready is not None
+        plugin = self.plugin
         try:
-            e.tgt_begin = self.plugin.data_alloc(self.device, n, AllocKind.DEVICE)
+            e.tgt_begin = tgt = self._dev.alloc(n, AllocKind.DEVICE)
             if self.info:
                 e.where = caller()
-            if self.info & _I_CHANGED:
-                self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, HstPtrBegin=0x{p:x}, "
-                          f"TgtAllocBegin=0x{e.tgt_begin:x}, TgtPtrBegin=0x{e.tgt_begin:x}, "
-                          f"Size={n}, DynRefCount={count_text(e.dyn)}, "
-                          f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
-            e.pinned = self.plugin.data_notify_mapped(self.device, p, n, it.owner,
-                                                      it.read_only) is not None
+                if self.info & _I_CHANGED:
+                    self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, "
+                              f"HstPtrBegin=0x{p:x}, TgtAllocBegin=0x{tgt:x}, "
+                              f"TgtPtrBegin=0x{tgt:x}, Size={n}, "
+                              f"DynRefCount={count_text(e.dyn)}, "
+                              f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
+            e.pinned = plugin.data_notify_mapped(self.device, p, n, it.owner,
+                                                 it.read_only) is not None
             if int(it.type) & _TO:
-                c.copied_to.add((p, n))
-                self._copy_to(p, e.tgt_begin, n, it.name, queue)
+                if c is not None:
+                    c.copied_to.add((p, n))
+                if self.info & _I_TRANSFER:
+                    self._copy_to(p, tgt, n, it.name, queue)
+                else:
+                    plugin.data_submit(self.device, tgt, p, n, queue)
         except BaseException:
             with self._lock:
                 self._remove(e)
@@ -250,7 +279,7 @@ class MappingTable:
             ready.release()
             raise
         ready.release()
-        return e.tgt_begin
+        return tgt
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
         if self.info & _I_TRANSFER:
@@ -281,7 +310,7 @@ class MappingTable:
         """Free a removed entry's device memory and pin reference."""
         try:
             if e.owned and e.tgt_begin:
-                self.plugin.data_delete(self.device, e.tgt_begin, AllocKind.DEVICE)
+                self._dev.free(e.tgt_begin, AllocKind.DEVICE)
         finally:
             if e.pinned:
                 e.pinned = False
@@ -298,23 +327,25 @@ class MappingTable:
         in flight on them (`own`: the caller's own busy marks, not waited for)."""
         if not items:
             return
-        for it in items:
-            if copy_back and it.read_only and int(it.type) & _FROM:
-                raise error([f"cannot copy device data back into read-only memory at "
-                             f"0x{it.host:x} ({it.size} bytes)"], it,
-                            "unmap it with release(a) or delete(a), or pass a writeable array")
-        c = _Construct()
-        c.own = {id(e): own.count(e) for e in own} if own else {}
+        if copy_back:
+            for it in items:
+                if it.read_only and int(it.type) & _FROM:
+                    raise error([f"cannot copy device data back into read-only memory at "
+                                 f"0x{it.host:x} ({it.size} bytes)"], it,
+                                "unmap it with release(a) or delete(a), or pass a writeable "
+                                "array")
+        c = _Construct() if len(items) > 1 else None     # as in target_data_begin
+        dying: list[HostDataToTarget] = []               # last reference dropped here
         error_: OffloadError | None = None
         for it in reversed(items):
             try:
-                self._end_one(it, queue, c, copy_back)
+                self._end_one(it, queue, c, copy_back, own, dying)
             except OffloadError as exc:      # keep unmapping the others; raise the first
                 error_ = error_ or exc
-        if c.dying:
+        if dying:
             if queue is not None:
                 self.plugin.synchronize(self.device, queue)
-            for e in c.dying:
+            for e in dying:
                 if self.info & _I_CHANGED:
                     self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
                               f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, "
@@ -323,17 +354,22 @@ class MappingTable:
         if error_ is not None:
             raise error_
 
-    def _end_one(self, it: MapItem, queue: Any, c: _Construct, copy_back: bool) -> None:
+    def _end_one(self, it: MapItem, queue: Any, c: _Construct | None, copy_back: bool,
+                 own: Sequence[HostDataToTarget], dying: list[HostDataToTarget]) -> None:
         p, n, t = it.host, it.size, int(it.type)
         with self._lock:
             e = None
-            for dy in c.dying:                 # usually none: no generator on the hot path
+            for dy in dying:                   # usually none: no generator on the hot path
                 if dy.hst_begin <= p and p + n <= dy.hst_end:
                     e = dy
                     break
             released_before = e is not None
             if e is None:
-                e, inside = self._find(p, n)
+                e = self._by_start.get(p)
+                if e is not None:
+                    inside = p + n <= e.hst_end
+                else:
+                    e, inside = self._find(p, n)
                 if e is None or not (inside or t & _IMPLICIT):
                     if t & _PRESENT:
                         raise error([present_missing(p, n)], it,
@@ -349,10 +385,10 @@ class MappingTable:
                 last = e.dyn + e.hold == 0
                 if last:
                     self._remove(e)                # nobody new finds it ...
-                    c.dying.append(e)
-                    dying, mine = e, c.own.get(id(e), 0)
-                    if dying.busy > mine:                # ... work in flight ends
-                        self._idle.wait_for(lambda: dying.busy <= mine)
+                    dying.append(e)
+                    if e.busy and e.busy > own.count(e):     # ... work in flight ends
+                        dead, mine = e, own.count(e)
+                        self._wait_idle(lambda: dead.busy <= mine)
                 elif self.info & _I_EXISTS:
                     self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
                               f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
@@ -360,7 +396,11 @@ class MappingTable:
                               f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
             else:
                 last = False
-        if not copy_back:
+        if not copy_back or not t & _FROM and c is None:
+            return
+        if c is None:                          # the only clause: copy now or never
+            if n > 0 and (t & _ALWAYS or last or released_before):
+                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -425,12 +465,6 @@ class MappingTable:
             e.busy += 1
             return e
 
-    def busy_entry(self, p: int, n: int) -> HostDataToTarget | None:
-        """The entry sharing a byte with [p, p+n), marked in use (see `acquire_busy`), or
-        None."""
-        marked = self.mark_busy_for(((p, n),))
-        return marked[0] if marked else None
-
     def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
         """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
         once; return them for `release_busy`."""
@@ -445,18 +479,48 @@ class MappingTable:
                     out.append(e)
         return out
 
+    def mark_busy_each(self, ranges: Sequence[tuple[int, int]]
+                       ) -> list[HostDataToTarget] | None:
+        """The entry sharing a byte with each host range, in order, each marked in use
+        once per range (see `acquire_busy`); None, with nothing marked, when a range has
+        no entry."""
+        out: list[HostDataToTarget] = []
+        with self._lock:
+            for p, n in ranges:
+                e = self._by_start.get(p)
+                if e is None:
+                    e = self._find(p, max(n, 1))[0]
+                    if e is None:
+                        for f in out:
+                            f.busy -= 1
+                        if out and self._waiting:
+                            self._idle.notify_all()
+                        return None
+                e.busy += 1
+                out.append(e)
+        return out
+
     def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
         """Wait until no operation in flight uses the entries overlapping [p, p+n)."""
         with self._lock:
-            self._idle.wait_for(
-                lambda: all(e.busy == 0 for e in self._entries
-                            if e.hst_begin < p + max(n, 1) and p < e.hst_end), timeout)
+            self._wait_idle(lambda: all(e.busy == 0 for e in self._entries
+                                        if e.hst_begin < p + max(n, 1) and p < e.hst_end),
+                            timeout)
+
+    def _wait_idle(self, done: Any, timeout: float | None = None) -> None:
+        """Wait (the table lock held) until `done()`, woken by `release_busy`."""
+        self._waiting += 1
+        try:
+            self._idle.wait_for(done, timeout)
+        finally:
+            self._waiting -= 1
 
     def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
         with self._lock:
             for e in entries:
                 e.busy -= 1
-            self._idle.notify_all()
+            if self._waiting:
+                self._idle.notify_all()
 
     # ---- omp_target_associate_ptr -------------------------------------------
     def associate(self, p: int, tgt: int, n: int) -> None:

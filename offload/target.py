@@ -18,7 +18,8 @@ from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
-from .plugins.common import GenericPlugin
+from .plugins.args import check_kernel_call
+from .plugins.common import GenericKernel, GenericPlugin
 from .runtime import Handle, check_depend, operation, queue_after, stream_queue, wait_depend
 from .runtime import current as _current
 
@@ -76,11 +77,14 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     rt = _current()
     deps = check_depend(depend, "target: depend") if depend else ()
     dev = rt.construct_device(device)
-    if any(is_foreign(a) for a in args):
-        args = _device_pointers(args, dev)
-    queue = stream_queue(stream, dev, "target")
-    binary = dev.binary_for(kernel) if dev is not None else None
-    if dev is not None and binary is None:
+    for a in args:
+        t = type(a)
+        if t is not np.ndarray and t is not int and t is not float and is_foreign(a):
+            args = _device_pointers(args, dev)
+            break
+    queue = stream_queue(stream, dev, "target") if stream is not None else None
+    k = dev.kernel_for(kernel) if dev is not None else None
+    if dev is not None and k is None:
         if rt.config.target_offload is TargetOffload.MANDATORY:
             dev.check_binary(kernel)              # raises, naming what the image holds
         _report_fallback(kernel, dev)
@@ -94,19 +98,19 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         wait_depend(deps)
         run_on_host(kernel, args, teams, threads)
         return None
-    assert binary is not None
-    dev.plugin.check_launch(dev.local_id, binary, kernel.name, args)
+    assert k is not None
+    check_kernel_call(k, args)
     if nowait and queue is not None:        # on the stream, after deps: nothing blocks
         queue_after(deps, dev.generic, queue)
-        busy = _target(kernel, binary, args, map, dev, teams, threads, shared_mem, queue,
-                       on_stream=True)
+        busy = _target(k, args, map, dev, teams, threads, shared_mem, queue, on_stream=True)
         return rt.nowait.watch(dev.generic, queue,
                                functools.partial(dev.table.release_busy, busy or []))
     if nowait:
-        return rt.nowait.spawn(_target, kernel, binary, args, map, dev, teams, threads,
-                               shared_mem, queue, depend=deps)
-    wait_depend(deps)
-    _target(kernel, binary, args, map, dev, teams, threads, shared_mem, queue)
+        return rt.nowait.spawn(_target, k, args, map, dev, teams, threads, shared_mem, queue,
+                               depend=deps)
+    if deps:
+        wait_depend(deps)
+    _target(k, args, map, dev, teams, threads, shared_mem, queue)
     return None
 
 
@@ -144,47 +148,61 @@ _TOFROM = MapType.TO | MapType.FROM
 _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 
-def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[Any],
-            dev: Device, teams: int | None, threads: int | None, shared_mem: int = 0,
+def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
+            teams: int | None, threads: int | None, shared_mem: int = 0,
             stream_queue: Any = None, on_stream: bool = False) -> list | None:
-    """The region; `on_stream`: its work is only queued on `stream_queue`, and the
-    entries it uses stay marked in use, returned for `release_busy` once the queue ran
-    (an entry the region unmaps still waits for the queue before it is freed)."""
+    """The region, launching `k` (`args` checked by check_kernel_call); `on_stream`:
+    its work is only queued on `stream_queue`, and the entries it uses stay marked in
+    use, returned for `release_busy` once the queue ran (an entry the region unmaps
+    still waits for the queue before it is freed)."""
     table = dev.table
     if not maps and stream_queue is None and not table.info:
-        done = _target_on_present(kernel, binary, args, dev, teams, threads, shared_mem)
-        if done:
+        if _target_on_present(k, args, dev, teams, threads, shared_mem):
             return [] if on_stream else None
     items = map_items(maps, _TOFROM, "target: map") if maps else []
-    spans: list[tuple[int, int] | None] = []
+    # each array argument: the clause naming it (its index), else its span, mapped
+    # tofrom for the region when nothing covers it
+    where: list[tuple[int, int, int] | None] = []
     for a in args:
         if not isinstance(a, np.ndarray):
-            spans.append(None)
+            where.append(None)
             continue
-        it = next((it for it in items if it.owner is a), None)
-        p, n = (it.host, it.size) if it is not None else span(a)
-        spans.append((p, n))
-        if it is None and not any(overlaps(p, n, i.host, i.size) for i in items) \
-                and table.overlapping(p, n) is None:
-            items.append(MapClause(a, _IMPLICIT_TOFROM).item())
+        j = 0
+        for it in items:
+            if it.owner is a:
+                where.append((j, it.host, it.size))
+                break
+            j += 1
+        else:
+            p, n = span(a)
+            if any(overlaps(p, n, i.host, i.size) for i in items) \
+                    or table.overlapping(p, n) is not None:
+                where.append((-1, p, n))
+            else:
+                where.append((len(items), p, n))
+                items.append(MapClause(a, _IMPLICIT_TOFROM).item())
     busy: list = []
     kept: list = []
     try:
         with dev.queue(stream_queue) as queue:
-            table.target_data_begin(items, queue)
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
-            busy = table.mark_busy_for([(it.host, it.size) for it in items] +
-                                       [sp for sp in spans if sp is not None])
+            tgts = table.target_data_begin(items, queue, busy)
+            others = [(p, n) for w in where if w is not None and w[0] < 0
+                      for p, n in (w[1:],)]
+            if others:
+                busy += table.mark_busy_for(others)
             try:
-                kargs = [kernel_arg(table, items, a, sp)
-                         for a, sp in zip(args, spans, strict=True)]
+                kargs = [a if w is None else
+                         tgts[w[0]] + (w[1] - items[w[0]].host) if w[0] >= 0 and w[2] else
+                         kernel_arg(table, items, a, (w[1], w[2]))
+                         for a, w in zip(args, where, strict=True)]
                 if table.info & _I_KERNEL:
                     print(f"omptarget device {dev.number} info: Launching kernel "
-                          f"{kernel.name} with {teams or 1} blocks and "
+                          f"{k.name} with {teams or 1} blocks and "
                           f"{threads or 'default'} threads, {len(kargs)} argument(s)",
                           file=sys.stderr)
-                dev.launch(kernel, kargs, teams, threads, queue, binary, shared_mem)
+                dev.generic.launch(k, kargs, teams, threads, queue, shared_mem)
             except BaseException as exc:
                 if stream_queue is not None and isinstance(exc, Exception):
                     with contextlib.suppress(Exception):   # as a queue of ours would
@@ -198,35 +216,40 @@ def _target(kernel: Kernel, binary: Binary, args: Sequence[Any], maps: Sequence[
     finally:
         if busy:
             table.release_busy(busy)               # the queue has drained
-    table.dump_if_asked()
+    if table.info:
+        table.dump_if_asked()
     return kept if on_stream else None
 
 
-def _target_on_present(kernel: Kernel, binary: Binary, args: Sequence[Any], dev: Device,
+def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
                        teams: int | None, threads: int | None, shared_mem: int) -> bool:
     """A region without clauses whose array arguments are all mapped already (the common
     case inside target_data): each entry marked in use and translated under one lock,
     the kernel launched. False, with nothing done, when an array is not mapped (the
     general path maps it)."""
     table = dev.table
-    busy: list = []
-    kargs: list = []
+    spans = []
+    for a in args:
+        if type(a) is np.ndarray:
+            spans.append(span(a))
+        elif isinstance(a, np.ndarray):
+            return False                         # a subclass: the general path
+    busy = table.mark_busy_each(spans) if spans else []
+    if busy is None:
+        return False
     try:
+        kargs = []
+        j = 0
         for a in args:
             if type(a) is np.ndarray:
-                p, n = span(a)
-                e = table.busy_entry(p, n)
-                if e is None:
-                    return False
-                busy.append(e)
-                kargs.append(e.tgt_begin + (p - e.hst_begin))
+                e = busy[j]
+                kargs.append(e.tgt_begin + (spans[j][0] - e.hst_begin))
+                j += 1
             elif isinstance(a, np.generic):
                 kargs.append(a.item())
-            elif isinstance(a, np.ndarray):
-                return False                     # a subclass: the general path
             else:
                 kargs.append(a)
-        dev.launch(kernel, kargs, teams, threads, None, binary, shared_mem)
+        dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
         return True
     finally:
         if busy:

@@ -467,18 +467,18 @@ def test_waiter_on_a_failing_new_entry_starts_over(rt, monkeypatch):
     """A mapping whose allocation fails while another thread waits on it: the waiter
     retries and maps for itself; nothing is left of the failed entry."""
     import time
-    plugin = offload.runtime.current().manager.get_device(0).plugin
-    real = plugin.data_alloc
+    generic = offload.runtime.current().manager.get_device(0).generic
+    real = generic.alloc
     calls = []
 
-    def slow_then_fail(d, n, kind):
+    def slow_then_fail(n, kind):
         calls.append(n)
         if len(calls) == 1:
             time.sleep(0.2)
             raise OffloadError(ErrorCode.OUT_OF_RESOURCES, "injected allocation failure")
-        return real(d, n, kind)
+        return real(n, kind)
 
-    monkeypatch.setattr(plugin, "data_alloc", slow_then_fail)
+    monkeypatch.setattr(generic, "alloc", slow_then_fail)
     a = np.arange(100, dtype=np.int32)
     errors = []
 

@@ -1,6 +1,9 @@
 """The C library calls every plugin may use, typed for integer addresses."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import cffi
 
 # memmove typed with integer addresses: the same calling convention as pointers on
@@ -10,11 +13,8 @@ _ffi.cdef("void *memmove(uintptr_t, uintptr_t, size_t); void *memset(uintptr_t, 
 _libc = _ffi.dlopen(None)
 
 
-def memmove(dst: int, src: int, size: int) -> None:
-    """memmove between two integer host addresses (the GIL is released)."""
-    _libc.memmove(dst, src, size)
-
-
-def memset(dst: int, value: int, size: int) -> None:
-    """memset of an integer host address (the GIL is released)."""
-    _libc.memset(dst, value, size)
+#: memmove(dst, src, size) between integer host addresses (the GIL is released); the
+#: cffi function itself, no Python frame around it
+memmove: Callable[[int, int, int], Any] = _libc.memmove
+#: memset(dst, value, size) of an integer host address (the GIL is released)
+memset: Callable[[int, int, int], Any] = _libc.memset

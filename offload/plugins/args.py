@@ -209,3 +209,38 @@ class GenericKernel:
     signature: str = ""
     #: parameter types for checking arguments (None: only their number is checked)
     types: list[Param] | None = None
+    #: argument kinds (`argument_kinds`) already found to fit `types`
+    accepted: set = field(default_factory=set)
+
+
+_KINDS_KEPT = 64          # accepted argument kinds remembered per kernel
+
+
+def argument_kinds(args: Sequence[Any]) -> tuple | None:
+    """What `check_arguments` judges of `args`: each one's dtype (a plain array) or type
+    (a number); None when an argument is judged by more (bytes, subclasses, objects)."""
+    kinds = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            kinds.append(a.dtype)
+        elif t is int or t is float or t is bool or isinstance(a, (np.number, np.bool_)):
+            kinds.append(t)
+        else:
+            return None
+    return tuple(kinds)
+
+
+def check_kernel_call(k: GenericKernel, args: Sequence[Any]) -> None:
+    """`check_arguments` against `k`'s parameter types (their number alone where its
+    types are unknown), skipped for argument kinds it accepted before."""
+    types = k.types
+    if types is None or len(types) != len(k.params):
+        check_kernel_args(k.name, len(k.params), len(args), k.signature)
+        return
+    kinds = argument_kinds(args)
+    if kinds is not None and kinds in k.accepted:
+        return
+    check_arguments(k.name, types, args)
+    if kinds is not None and len(k.accepted) < _KINDS_KEPT:
+        k.accepted.add(kinds)

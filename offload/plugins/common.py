@@ -19,7 +19,7 @@ from ..image import Binary
 from ..pinned import Kind, PinnedMap
 from ._libc import _ffi as _libc_ffi
 from ._libc import memmove
-from .args import GenericKernel, check_arguments, check_kernel_args, pack_scalar
+from .args import GenericKernel, check_kernel_args, check_kernel_call, pack_scalar
 from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .staging import Staging
@@ -58,6 +58,9 @@ class GenericDevice:
         self.queues = Queues(self)
         self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
         self.pool = DevicePool(plugin.device_pool_bytes)
+        # whether freed memory must wait for queued work before the pool hands it out
+        self._wait_before_reuse = (type(self)._before_reuse_impl
+                                   is not GenericDevice._before_reuse_impl)
         #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
         self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
 
@@ -249,20 +252,26 @@ class GenericDevice:
         if size <= 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot allocate {size} bytes: size must be positive")
-        addr = self.pool.take(size) if kind is AllocKind.DEVICE else None
-        if addr is None:
-            try:
-                addr = self._alloc_impl(size, kind)
-            except OffloadError as exc:
-                if exc.code is not ErrorCode.OUT_OF_RESOURCES or not self.trim_pool():
-                    raise
-                addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
+        if kind is AllocKind.DEVICE:
+            with self._lock:
+                addr = self.pool.take(size)
+                if addr is not None:
+                    self._allocs[addr] = (size, kind)
+                    bisect.insort(self._alloc_starts, addr)
+                    return addr
+        try:
+            addr = self._alloc_impl(size, kind)
+        except OffloadError as exc:
+            if exc.code is not ErrorCode.OUT_OF_RESOURCES or not self.trim_pool():
+                raise
+            addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
         with self._lock:
             self._allocs[addr] = (size, kind)
             bisect.insort(self._alloc_starts, addr)
         return addr
 
     def free(self, addr: int, kind: AllocKind | None = None) -> int:
+        pool = self.pool
         with self._lock:
             rec = self._allocs.get(addr)
             if rec is None or (kind is not None and rec[1] is not kind):
@@ -272,17 +281,22 @@ class GenericDevice:
                                    f"{self.id} of plugin {self.plugin.name}")
             del self._allocs[addr]
             self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
-        size, kind = rec
-        if kind is AllocKind.DEVICE and self.pool.limit and size <= self.pool.limit:
-            self._before_reuse_impl()                   # queued work may still write it
-            if self.pool.give(addr, size):
+            size, kind = rec
+            poolable = kind is AllocKind.DEVICE and size <= pool.limit
+            if poolable and not self._wait_before_reuse and pool.give(addr, size):
                 return size                             # kept for the next alloc
+        if poolable and self._wait_before_reuse:
+            self._before_reuse_impl()                   # queued work may still write it
+            with self._lock:
+                if pool.give(addr, size):
+                    return size
         self._free_impl(addr, size, kind)
         return size
 
     def trim_pool(self) -> int:
         """Give the pool's cached device memory back to the driver; bytes freed."""
-        blocks = self.pool.trim()
+        with self._lock:
+            blocks = self.pool.trim()
         for addr, size in blocks:
             self._free_impl(addr, size, AllocKind.DEVICE)
         return sum(size for _, size in blocks)
@@ -325,6 +339,17 @@ class GenericDevice:
             if prog is not mine:                # another thread loaded it first
                 self._unload_impl(mine)
         return prog
+
+    def launch(self, k: GenericKernel, args: Sequence[Any], teams: int | None = None,
+               threads: int | None = None, queue: Any = None, shared_mem: int = 0) -> None:
+        """Launch kernel `k` with device-ready `args` (addresses and scalars); without a
+        queue, returns when it finished."""
+        if len(args) != len(k.params):
+            check_kernel_args(k.name, len(k.params), len(args), k.signature)
+        if shared_mem < 0:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"shared_mem={shared_mem}: expected a byte count >= 0")
+        self._launch_impl(k, args, teams, threads, queue, shared_mem)
 
     def kernel(self, binary: Binary, name: str) -> GenericKernel:
         """Kernel `name` of `binary`, loading the binary first (both cached)."""
@@ -526,15 +551,28 @@ class GenericPlugin(Generic[DeviceT]):
         """Host -> device, split at pinned boundaries; pinned pieces go asynchronously
         from their device-accessible address, large unpinned ones through staging.
         Without a queue, returns when the data has arrived."""
-        self._transfer(True, d, tgt, host, size, queue)
+        dev = self.device(d)
+        stage = self.staging_threshold
+        if (not self.pinned._starts and (stage is None or size < stage)
+                and (queue is not None or not self.asynchronous)):
+            dev._submit_impl(tgt, host, size, queue, None)   # nothing pinned or staged
+            dev.stats["to unpinned"] += size
+        else:
+            self._transfer(True, dev, tgt, host, size, queue)
 
     def data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any = None) -> None:
         """Device -> host, the same way; without a queue, returns when complete."""
-        self._transfer(False, d, tgt, host, size, queue)
-
-    def _transfer(self, to_device: bool, d: int, tgt: int, host: int, size: int,
-                  queue: Any) -> None:
         dev = self.device(d)
+        stage = self.staging_threshold
+        if (not self.pinned._starts and (stage is None or size < stage)
+                and (queue is not None or not self.asynchronous)):
+            dev._retrieve_impl(host, tgt, size, queue, None)
+            dev.stats["from unpinned"] += size
+        else:
+            self._transfer(False, dev, tgt, host, size, queue)
+
+    def _transfer(self, to_device: bool, dev: DeviceT, tgt: int, host: int, size: int,
+                  queue: Any) -> None:
         if queue is None and self.asynchronous:
             with dev.queue() as q:             # ours: synchronized before we return
                 self._transfer_on(dev, to_device, tgt, host, size, q)
@@ -668,21 +706,15 @@ class GenericPlugin(Generic[DeviceT]):
                       queue: Any = None, shared_mem: int = 0) -> None:
         """Launch kernel `name` of `binary`; without a queue, returns when it finished."""
         dev = self.device(d)
-        k = dev.kernel(binary, name)
-        check_kernel_args(name, len(k.params), len(args), k.signature)
-        if shared_mem < 0:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"shared_mem={shared_mem}: expected a byte count >= 0")
-        dev._launch_impl(k, args, teams, threads, queue, shared_mem)
+        dev.launch(dev.kernel(binary, name), args, teams, threads, queue, shared_mem)
 
-    def check_launch(self, d: int, binary: Binary, name: str, args: Sequence[Any]) -> None:
-        """Refuse `args` (arrays and scalars, before mapping) that do not fit kernel
-        `name`'s parameters (loads the binary)."""
+    def check_launch(self, d: int, binary: Binary, name: str,
+                     args: Sequence[Any]) -> GenericKernel:
+        """Kernel `name` of `binary` (loaded first), after refusing `args` (arrays and
+        scalars, before mapping) that do not fit its parameters; for GenericDevice.launch."""
         k = self.device(d).kernel(binary, name)
-        if k.types is not None and len(k.types) == len(k.params):
-            check_arguments(name, k.types, args)
-        else:
-            check_kernel_args(name, len(k.params), len(args), k.signature)
+        check_kernel_call(k, args)
+        return k
 
     def synchronize(self, d: int, queue: Any) -> None:
         self.device(d)._sync_impl(queue)

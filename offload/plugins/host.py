@@ -187,6 +187,9 @@ class _Program:
 class HostDevice(GenericDevice):
     plugin: HostPlugin
 
+    def _init_impl(self) -> None:
+        self.queues.synchronous = not self.plugin.config.host_async
+
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
         out = _ffi.new("void **")
         if _libc.posix_memalign(out, 64, size) != 0:

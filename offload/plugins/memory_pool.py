@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import enum
-import threading
 
 
 class AllocKind(enum.Enum):
@@ -15,34 +14,35 @@ class AllocKind(enum.Enum):
 
 class DevicePool:
     """Freed device memory, by exact size, up to `limit` bytes; reused by the next
-    allocation of the same size and given back (`trim`) when the device runs out."""
+    allocation of the same size and given back (`trim`) when the device runs out.
+    Guarded by its device's lock (GenericDevice._lock): it has none of its own."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._lock = threading.Lock()
         self._free: dict[int, list[int]] = {}
         self.bytes = 0
 
     def take(self, size: int) -> int | None:
         """A cached block of exactly `size` bytes, or None."""
-        with self._lock:
-            cached = self._free.get(size)
-            if not cached:
-                return None
-            self.bytes -= size
-            return cached.pop()
+        cached = self._free.get(size)
+        if not cached:
+            return None
+        self.bytes -= size
+        return cached.pop()
 
     def give(self, addr: int, size: int) -> bool:
         """Keep a freed block; False when the pool is full (free it for real)."""
-        with self._lock:
-            if self.bytes + size > self.limit:
-                return False
-            self._free.setdefault(size, []).append(addr)
-            self.bytes += size
-            return True
+        if self.bytes + size > self.limit:
+            return False
+        cached = self._free.get(size)
+        if cached is None:
+            self._free[size] = [addr]
+        else:
+            cached.append(addr)
+        self.bytes += size
+        return True
 
     def trim(self) -> list[tuple[int, int]]:
         """Empty the pool; the (address, size) blocks to free for real."""
-        with self._lock:
-            free, self._free, self.bytes = self._free, {}, 0
+        free, self._free, self.bytes = self._free, {}, 0
         return [(a, size) for size, addrs in free.items() for a in addrs]

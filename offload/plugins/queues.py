@@ -23,6 +23,8 @@ class Queues:
         self._lock = threading.Lock()
         self._free: list[Any] = []
         self.made: list[Any] = []
+        #: the device's queues are all None (its work is synchronous): nothing to borrow
+        self.synchronous = False
 
     def get(self) -> Any:
         """A queue for this caller alone until `release`."""
@@ -38,9 +40,11 @@ class Queues:
         with self._lock:
             self._free.append(queue)
 
-    def borrow(self, queue: Any | None = None) -> _Borrowed:
+    def borrow(self, queue: Any | None = None) -> contextlib.AbstractContextManager[Any]:
         """`queue` itself when given; else a queue of our own, synchronized at the end
         (also when the block fails, so nothing in flight outlives it) and given back."""
+        if queue is None and self.synchronous:
+            return _NO_QUEUE
         return _Borrowed(self, queue)
 
     def drain(self) -> None:
@@ -53,6 +57,9 @@ class Queues:
             made, self.made, self._free = self.made, [], []
         for q in made:
             self._hooks._destroy_queue_impl(q)
+
+
+_NO_QUEUE = contextlib.nullcontext(None)
 
 
 class _Borrowed:
