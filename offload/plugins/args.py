@@ -211,6 +211,8 @@ class GenericKernel:
     types: list[Param] | None = None
     #: argument kinds (`argument_kinds`) already found to fit `types`
     accepted: set = field(default_factory=set)
+    #: the plugin's own per-kernel launch state (reusable argument buffers), made lazily
+    launch_state: Any = None
 
 
 _KINDS_KEPT = 64          # accepted argument kinds remembered per kernel

@@ -386,6 +386,10 @@ def strided_rows(shape: tuple[int, ...], strides: tuple[int, ...],
     return len(offsets), row, sorted(offsets)
 
 
+_STAT_KEYS = {(True, True): "to unpinned", (True, False): "to pinned",
+              (False, True): "from unpinned", (False, False): "from pinned"}
+
+
 def _split_pinned(pieces: list[tuple[int, int, int | None]], host: int,
                   grid: int) -> list[tuple[int, int, int | None]]:
     """Split the pinned pieces of a copy of [host, ...) at multiples of `grid`."""
@@ -592,8 +596,9 @@ class GenericPlugin(Generic[DeviceT]):
                 stats["from unpinned"] += size
             return
         pieces = self.pinned.translate(host, size, dev.id)
-        if self.pin_split:
-            pieces = _split_pinned(pieces, host, self.pin_split)
+        grid = self.pin_split
+        if grid and host // grid != (host + size - 1) // grid:
+            pieces = _split_pinned(pieces, host, grid)
         for off, n, via in pieces:
             if via is None and stage is not None and n >= stage:
                 if q is not None:          # staging runs on queues of its own: what
@@ -603,8 +608,7 @@ class GenericPlugin(Generic[DeviceT]):
                 dev._submit_impl(tgt + off, host + off, n, q, via)
             else:
                 dev._retrieve_impl(host + off, tgt + off, n, q, via)
-            key = ("to " if to_device else "from ") + ("unpinned" if via is None else "pinned")
-            stats[key] += n
+            stats[_STAT_KEYS[to_device, via is None]] += n
 
     def data_fill(self, d: int, tgt: int, value: int, size: int) -> None:
         """Set `size` device bytes at `tgt` to the byte `value`; returns when done."""

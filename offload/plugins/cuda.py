@@ -8,6 +8,7 @@ later call at once. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantic
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,40 @@ def _poll(query: Any, handle: Any) -> int:
         delay = _SLEEP_MAX
         rc = query(handle)
     return rc
+
+
+_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+class _ArgBuffers:
+    """One kernel's parameter memory, reused: each parameter in an 8-byte slot of one
+    buffer, and the pointer array cuLaunchKernel takes (the driver copies the values
+    during the call, so a buffer is free again when it returns). `free` is a list: its
+    pop and append are atomic, so threads share it without a lock."""
+
+    def __init__(self, sizes: Sequence[int]):
+        self.count = len(sizes)
+        slots = bool(sizes) and all(sz in _UNSIGNED for sz in sizes)
+        self.struct = struct.Struct("<" + "".join(
+            _UNSIGNED[sz] + (f"{8 - sz}x" if sz < 8 else "") for sz in sizes)) if slots else None
+        self.free: list[tuple[Any, Any]] = []
+
+    def pack(self, args: Sequence[Any]) -> bytes | None:
+        """The slots' bytes when every argument is an int that fits its parameter
+        unsigned; None otherwise (the general packing then handles it, or explains)."""
+        if self.struct is None or len(args) != self.count:
+            return None
+        for a in args:
+            if type(a) is not int:
+                return None
+        try:
+            return self.struct.pack(*args)
+        except struct.error:                   # negative, or too large: the general path
+            return None
+
+    def make(self) -> tuple[Any, Any]:
+        buf = _ffi.new("uint64_t[]", self.count)
+        return buf, _ffi.new("void *[]", [buf + i for i in range(self.count)])
 
 
 class CUDADevice(GenericDevice):
@@ -372,12 +407,25 @@ class CUDADevice(GenericDevice):
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"kernel '{name}': shared_mem={shared_mem} bytes, the device "
                                f"allows {self.max_shared}")
-        params = _ffi.new("void *[]", max(1, len(args)))
-        keep = []
-        for i, (a, sz) in enumerate(zip(args, kernel.params, strict=False)):
-            c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
-            keep.append(c)
-            params[i] = c
+        state = kernel.launch_state
+        if state is None:
+            state = kernel.launch_state = _ArgBuffers(kernel.params)
+        packed = state.pack(args)
+        if packed is not None:                  # integers and addresses: reused memory
+            try:
+                held = state.free.pop()
+            except IndexError:
+                held = state.make()
+            _ffi.memmove(held[0], packed, len(packed))
+            params = held[1]
+        else:
+            held = None
+            params = _ffi.new("void *[]", max(1, len(args)))
+            keep = []
+            for i, (a, sz) in enumerate(zip(args, kernel.params, strict=False)):
+                c = _ffi.new("char[]", pack_scalar(a, sz, f"argument {i} of kernel '{name}'"))
+                keep.append(c)
+                params[i] = c
         drv = self.plugin.drv
         self.activate()
         if shared_mem > SHARED_DEFAULT:                  # opt in above 48 KiB, as LLVM
@@ -386,9 +434,11 @@ class CUDADevice(GenericDevice):
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         with self.queue(queue) as q:                     # no queue: launch and wait
             drv.last_kernel = name
-            drv.check(drv.lib.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_mem, q,
-                                             params, _ffi.NULL),
-                      f"cuLaunchKernel({name}, grid={grid}, block={block})")
+            rc = drv.lib.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared_mem, q, params,
+                                        _ffi.NULL)
+            if held is not None:                # the driver copied the values
+                state.free.append(held)
+            drv.check(rc, f"cuLaunchKernel({name}, grid={grid}, block={block})")
 
     # ---- clang OpenMP nvptx images (LLVM 19's conventions: _cuda_openmp.py) -----------
     def _omp_load_impl(self, image: bytes, indirect: Sequence[tuple[int, str]]) -> Any:
