@@ -37,8 +37,13 @@ __all__ = [
 
 
 # ---- map clauses ------------------------------------------------------------------
+_TOFROM = MapType.TO | MapType.FROM
+
+
 def _clause(base: MapType, a: Any, always: bool, present: bool, close: bool, hold: bool,
             name: str | None) -> MapClause:
+    if not (always or present or close or hold):
+        return MapClause(a, base, name)
     t = base
     if always:
         t |= MapType.ALWAYS
@@ -84,7 +89,7 @@ def tofrom(a: Any, *, always: bool = False, present: bool = False, close: bool =
     Example:
         >>> with offload.target_data(offload.tofrom(a)): ...
     """
-    return _clause(MapType.TO | MapType.FROM, a, always, present, close, hold, name)
+    return _clause(_TOFROM, a, always, present, close, hold, name)
 
 
 def alloc(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
@@ -189,6 +194,9 @@ def _array_list(seq: Any, what: str) -> list[Any]:
     return list(seq)
 
 
+_WITHOUT_TO: dict[MapType, MapType] = {}     # a map type less TO, made once per type
+
+
 def _construct(fn: Any, items: list[MapItem], dev: Device | None,
                nowait: bool, depend: Sequence[Handle] = ()) -> Handle | None:
     deps = check_depend(depend) if depend else ()
@@ -197,16 +205,19 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
             wait_depend(deps)
         return _current().nowait.spawn(lambda: None, depend=deps) if nowait and deps else None
     table = dev.table
+    if not nowait:
+        if deps:
+            wait_depend(deps)
+        fn(items)
+        if table.info:
+            table.dump_if_asked()
+        return None
 
     def run(items: list[MapItem]) -> None:
         fn(items)
         table.dump_if_asked()
 
-    if nowait:
-        return _current().nowait.spawn(run, items, depend=deps)
-    wait_depend(deps)
-    run(items)
-    return None
+    return _current().nowait.spawn(run, items, depend=deps)
 
 
 @operation
@@ -255,7 +266,9 @@ def target_exit_data(*maps: Any, device: int | None = None,
     dev = _current().construct_device(device)
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
-        it.type &= ~MapType.TO
+        t = it.type
+        if t & MapType.TO:
+            it.type = _WITHOUT_TO.get(t) or _WITHOUT_TO.setdefault(t, t & ~MapType.TO)
     return _construct(dev.table.target_data_end if dev else None, items, dev, nowait,
                       depend)
 

@@ -93,5 +93,8 @@ def map_items(maps: Iterable[Any], default: MapType, what: str = "map") -> list[
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"{what}: expected a list of arrays or map clauses, got "
                            f"{type(maps).__name__}; write {what}=[a]")
+    if len(maps) == 1:                             # the common case, without a listcomp
+        m = maps[0]
+        return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()]
     return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()
             for m in maps]
