@@ -50,19 +50,23 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
     if not args:                                 # nothing mapped, nothing passed
         _run_kernel(dev, fn, name, [], teams, threads, tripcount)
         return OFFLOAD_SUCCESS
-    maps.begin(dev, args, bases)
+    table = dev.table
+    busy: list = []          # the region's entries stay while its kernel runs (as target())
+    items = maps.begin(dev, args, bases, busy)
     try:
-        kargs, private = maps.kernel_args(dev, given)
         try:
-            _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
-        finally:
-            for p in private:
-                dev.free(p)
-    except BaseException:
-        dev.table.target_data_end([a.item() for a in args if maps._mapped(a)],
-                                  copy_back=False)
-        raise
-    maps.end(dev, args)
+            kargs, private = maps.kernel_args(dev, given)
+            try:
+                _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
+            finally:
+                for p in private:
+                    dev.free(p)
+        except BaseException:
+            table.target_data_end(items, copy_back=False, own=busy)
+            raise
+        maps.end(dev, args, items, busy)
+    finally:
+        table.release_busy(busy)
     return OFFLOAD_SUCCESS
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,19 +25,30 @@ _IMPLICIT = 0x200
 _KEEP = 0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x1000 | 0x2000     # what the table acts on
 
 
-@dataclass
 class Arg:
-    """One component of a map list."""
+    """One component of a map list; `tgt`: its device address once a region mapped it."""
 
-    base: int
-    begin: int
-    size: int
-    type: int
-    name: str | None
-    slot: int            # its index in the caller's arrays (-1: from a mapper)
+    __slots__ = ("base", "begin", "size", "type", "name", "slot", "tgt")
+
+    def __init__(self, base: int, begin: int, size: int, type: int, name: str | None,
+                 slot: int):
+        self.base = base
+        self.begin = begin
+        self.size = size
+        self.type = type
+        self.name = name
+        self.slot = slot          # its index in the caller's arrays (-1: from a mapper)
+        self.tgt: int | None = None
 
     def item(self) -> MapItem:
-        return MapItem(self.begin, self.size, MapType(self.type & _KEEP), None, self.name)
+        t = self.type & _KEEP
+        mt = _MAP_TYPES.get(t)
+        if mt is None:
+            mt = _MAP_TYPES[t] = MapType(t)
+        return MapItem(self.begin, self.size, mt, None, self.name)
+
+
+_MAP_TYPES: dict[int, MapType] = {}          # the table's map types, made once per value
 
 
 def _name(names: Any, i: int) -> str | None:
@@ -165,34 +175,48 @@ def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
 
 
 # ---- begin / end / update --------------------------------------------------------------
-def begin(dev: Device, args: list[Arg], bases: Any = None) -> None:
-    """target_data_begin for the list; PTR_AND_OBJ pointers attached, RETURN_PARAM device
-    addresses written back into `bases`."""
+def begin(dev: Device, args: list[Arg], bases: Any = None,
+          busy: list | None = None) -> list[MapItem]:
+    """target_data_begin for the list (with `busy`, an empty list: its entries marked in
+    use, see MappingTable.target_data_begin); each mapped component's device address in
+    its `tgt`, PTR_AND_OBJ pointers attached, RETURN_PARAM device addresses written back
+    into `bases`. Returns the items mapped, for `end`."""
     table = dev.table
-    items = [a.item() for a in args if _mapped(a)]
-    table.target_data_begin(items)
+    mapped = [a for a in args if _mapped(a)]
+    items = [a.item() for a in mapped]
+    for a, tgt in zip(mapped, table.target_data_begin(items, None, busy), strict=True):
+        a.tgt = tgt
     try:
         for a in args:
-            if a.type & _PTR_AND_OBJ and a.size > 0:
+            t = a.type
+            if t & _PTR_AND_OBJ and a.size > 0:
                 _attach(dev, a)
-            if a.type & _RETURN_PARAM and bases is not None and a.slot >= 0:
+            if t & _RETURN_PARAM and bases is not None and a.slot >= 0:
                 e = table.lookup(a.begin, max(a.size, 1))
                 if e is not None:
                     tgt = e.tgt_begin + (a.begin - e.hst_begin)
                     bases[a.slot] = ffi.cast("void *", tgt - (a.begin - a.base))
     except BaseException:
-        table.target_data_end(items, copy_back=False)
+        table.target_data_end(items, copy_back=False, own=busy or ())
+        if busy:
+            table.release_busy(busy)
+            busy.clear()
         raise
+    return items
 
 
-def end(dev: Device, args: list[Arg]) -> None:
-    """target_data_end for the list; host pointers the device copy overwrote restored."""
-    items = [a.item() for a in args if _mapped(a)]
+def end(dev: Device, args: list[Arg], items: list[MapItem] | None = None,
+        own: Any = ()) -> None:
+    """target_data_end for the list (`items`: what `begin` mapped, else made again; `own`:
+    the caller's busy marks); host pointers the device copy overwrote restored."""
+    if items is None:
+        items = [a.item() for a in args if _mapped(a)]
     shadows = _shadows(args)
     try:
-        dev.table.target_data_end(items)
+        dev.table.target_data_end(items, own=own)
     finally:
-        _restore(shadows)
+        if shadows:
+            _restore(shadows)
 
 
 def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
@@ -290,6 +314,8 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
                 if a.size:
                     dev.submit(p, a.begin, a.size)
                 out.append(p - (a.begin - a.base))
+            elif a.tgt is not None and a.size:  # mapped by the region: its address
+                out.append(a.tgt - (a.begin - a.base))
             else:
                 e = table.lookup(a.begin, max(a.size, 1)) if a.size else \
                     table.overlapping(a.begin, 1)

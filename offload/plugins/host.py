@@ -164,7 +164,7 @@ def dlopen_bytes(ffi: cffi.FFI | None, data: bytes, name: str) -> Any:
 _RTLD_NOW = 0x2
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
 # (image handle, kernel name, argument count) -> the cffi function to call
-_OMP_KERNELS: dict[tuple[int, str, int], Any] = {}
+_OMP_KERNELS: dict[tuple[Any, str, int], Any] = {}
 
 
 _LOADED_FDS: list[int] = []     # memfds of loaded images, open for the process's life
@@ -339,7 +339,7 @@ class HostDevice(GenericDevice):
 
     def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
                          threads: int, tripcount: int) -> str:
-        key = (int(_ffi.cast("uintptr_t", program)), name, len(args))
+        key = (program, name, len(args))            # a cdata hashes by its address
         fn = _OMP_KERNELS.get(key)
         if fn is None:
             addr = self._omp_global_impl(program, name)
