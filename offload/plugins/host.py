@@ -305,18 +305,37 @@ class HostDevice(GenericDevice):
         except AttributeError:
             raise OffloadError(ErrorCode.NOT_FOUND,
                                f"kernel '{name}' is not defined in the image") from None
-        ftype = program.ffi.typeof(fn)
+        ffi = program.ffi
+        ftype = ffi.typeof(fn)
         params = [(t, t.kind == "pointer") for t in ftype.args]
-        return GenericKernel(name, (program.ffi, fn), params, binary.prototypes[name],
-                             params_from_ctype(program.ffi, ftype))
+        # the same function typed with integer addresses for its pointers: called with
+        # the device addresses as they are, no cast per argument
+        direct = None
+        if not ftype.ellipsis:
+            decl = ", ".join("uintptr_t" if p else t.cname for t, p in params) or "void"
+            try:
+                direct = ffi.cast(f"{ftype.result.cname} (*)({decl})", fn)
+            except Exception:                # noqa: BLE001 - a type cffi cannot name
+                direct = None
+        pointers = tuple(i for i, (_, p) in enumerate(params) if p)
+        return GenericKernel(name, (ffi, fn, direct, pointers), params,
+                             binary.prototypes[name], params_from_ctype(ffi, ftype))
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
-        ffi, fn = kernel.handle
-        conv = []
+        ffi, fn, direct, pointers = kernel.handle
         try:
-            for (t, is_ptr), a in zip(kernel.params, args, strict=False):
-                conv.append(_ffi_cast(ffi, t, a) if is_ptr else a)
+            if direct is not None and len(args) == len(kernel.params):
+                for i in pointers:
+                    if type(args[i]) is not int:
+                        direct = None
+                        break
+            if direct is not None:
+                conv = args
+                fn = direct
+            else:
+                conv = [_ffi_cast(ffi, t, a) if is_ptr else a
+                        for (t, is_ptr), a in zip(kernel.params, args, strict=False)]
             if isinstance(queue, HostQueue):
                 queue.put(functools.partial(fn, *conv))
             else:
