@@ -299,6 +299,13 @@ class PinnedMap:
         if not self._starts:
             return [(0, n, None)]           # nothing pinned at all (no lock needed)
         with self._lock:
+            i = bisect.bisect_right(self._starts, p) - 1
+            if i >= 0 and n > 0:            # one entry holds it all: the common case
+                e = self._entries[i]
+                if p + n <= e.host + e.size and e.pending is None:
+                    addr = e.dev.get(device)
+                    if addr is not None:
+                        return [(0, n, addr + (p - e.host))]
             ov = self._overlapping(p, p + n)
         pieces: list[tuple[int, int, int | None]] = []
         pos = p

@@ -35,6 +35,7 @@ SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opti
 _REQUIRES_USM = 0x8                # requires unified_shared_memory (OMP_REQ_*)
 _SPIN_SECONDS = 100e-6     # spin on a stream this long before sleeping between polls
 _SLEEP_MAX = 100e-6        # then sleep at most this long between polls
+_NOT_READY = C.CUDA_ERROR_NOT_READY
 
 
 def _poll(query: Any, handle: Any) -> int:
@@ -43,11 +44,14 @@ def _poll(query: Any, handle: Any) -> int:
     a pending Ctrl-C is delivered even while a kernel hangs, and a long copy is noticed
     within 0.1 ms of its end (sleeps growing to 1 ms cost a 1 GiB copy 3%). Returns the
     last result."""
+    rc = query(handle)
+    if rc != _NOT_READY:
+        return rc                       # done already: no clock read
     spin_until = time.perf_counter() + _SPIN_SECONDS
-    while (rc := query(handle)) == C.CUDA_ERROR_NOT_READY and time.perf_counter() < spin_until:
+    while (rc := query(handle)) == _NOT_READY and time.perf_counter() < spin_until:
         pass                            # short copies finish within the spin: no sleep
     delay = 50e-6
-    while rc == C.CUDA_ERROR_NOT_READY:
+    while rc == _NOT_READY:
         Interrupts.deliver()
         time.sleep(delay)
         delay = _SLEEP_MAX
