@@ -28,21 +28,28 @@ class MapType(enum.IntFlag):
     CLOSE = 0x400
     PRESENT = 0x1000
     OMPX_HOLD = 0x2000
+    #: offload's own bit, never in LLVM's: a struct member's clause (MEMBER_OF, not
+    #: PTR_AND_OBJ) that finds its struct's mapping leaves the counts alone, as LLVM's
+    #: data constructs do for such components
+    MEMBER = 1 << 40
 
 
 class MapItem:
     """One map clause, reduced to addresses at the API edge."""
 
-    __slots__ = ("host", "size", "type", "owner", "name", "read_only")
+    __slots__ = ("host", "size", "type", "owner", "name", "read_only", "base", "where")
 
     def __init__(self, host: int, size: int, type: MapType, owner: Any = None,
-                 name: str | None = None, read_only: bool = False):
+                 name: str | None = None, read_only: bool = False, base: int | None = None,
+                 where: str | None = None):
         self.host = host
         self.size = size
         self.type = type
         self.owner = owner
         self.name = name
         self.read_only = read_only
+        self.base = host if base is None else base      # HstPtrBase, for messages
+        self.where = where            # where it was declared ('file:line:col'), if known
 
     def __repr__(self) -> str:
         return (f"MapItem(0x{self.host:x}+{self.size}, {self.type!r}, "

@@ -48,10 +48,18 @@ def say(device: int, msg: str) -> None:
     print(f"omptarget device {device} info: {msg}", file=sys.stderr)
 
 
+def plugin_say(device: int, msg: str) -> None:
+    """One LIBOMPTARGET_INFO line of a plugin (LLVM's `"PluginInterface" device N info:`,
+    N the plugin's own device number) on stderr."""
+    print(f'"PluginInterface" device {device} info: {msg}', file=sys.stderr)
+
+
 def dump_table(number: int, entries: Sequence[HostDataToTarget], where: str) -> str:
     """A mapping table as LLVM's dumpTargetPointerMappings prints it, every line prefixed
     `omptarget device N info:`."""
     head = f"omptarget device {number} info: "
+    if not entries:
+        return f"{head}OpenMP Host-Device pointer mappings table empty"
     lines = [f"{head}OpenMP Host-Device pointer mappings after block at {where}:",
              f"{head}{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount HoldRefCount "
              f"Declaration"]

@@ -28,9 +28,16 @@ __all__ = ["INF", "HostDataToTarget", "MapClause", "MapItem", "MapType", "Mappin
 # plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
 _TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
 _IMPLICIT, _PRESENT, _HOLD = 0x200, 0x1000, 0x2000
+_MEMBER = int(MapType.MEMBER)
 _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
                                                int(Info.MAPPING_CHANGED),
                                                int(Info.DATA_TRANSFER))
+
+
+def _counts(e: HostDataToTarget, how: str, hold: bool) -> str:
+    """'DynRefCount=..., HoldRefCount=...' with `how` after the count that changed."""
+    return (f"DynRefCount={count_text(e.dyn)}{'' if hold else how}, "
+            f"HoldRefCount={count_text(e.hold)}{how if hold else ''}")
 
 
 class _Construct:
@@ -65,6 +72,17 @@ class MappingTable:
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
         say(self.number, msg)
+
+    def say_found(self, p: int, n: int, e: HostDataToTarget | None = None) -> None:
+        """LLVM's MAPPING_EXISTS line for a lookup that leaves the counts alone (a kernel
+        argument, an update): the entry holding [p, p+n), when there is one."""
+        if e is None:
+            e = self.lookup(p, max(n, 1))
+            if e is None:
+                return
+        self._say(f"Mapping exists with HstPtrBegin=0x{p:016x}, TgtPtrBegin="
+                  f"0x{e.tgt_begin + p - e.hst_begin:016x}, Size={n}, "
+                  f"{_counts(e, ' (update suppressed)', False)}")
 
     def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
@@ -192,7 +210,9 @@ class MappingTable:
                 else:
                     e, inside = self._find(p, n)
                 if e is not None and (inside or t & _IMPLICIT):
-                    if t & _HOLD:
+                    if t & _MEMBER:
+                        pass                      # its struct's mapping counts for it
+                    elif t & _HOLD:
                         e.hold += 1
                     else:
                         e.dyn += 1
@@ -215,6 +235,8 @@ class MappingTable:
                     lock.acquire()
                     self._insert(e)
                     new = True
+                    if t & _MEMBER:               # no struct mapping: it counts as its own
+                        it.type = MapType(t & ~_MEMBER)
                 if busy is not None:
                     e.busy += 1
                     busy.append(e)
@@ -233,9 +255,10 @@ class MappingTable:
                     continue
             tgt = e.tgt_begin + (p - e.hst_begin)
             if self.info & _I_EXISTS:
+                how = " (update suppressed)" if t & _MEMBER else " (incremented)"
                 self._say(f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
-                          f"HstPtrBegin=0x{p:x}, TgtPtrBegin=0x{tgt:x}, Size={n}, "
-                          f"DynRefCount={count_text(e.dyn)}, HoldRefCount={count_text(e.hold)}, "
+                          f"HstPtrBegin=0x{p:016x}, TgtPtrBegin=0x{tgt:016x}, Size={n}, "
+                          f"{_counts(e, how, bool(t & _HOLD))}, "
                           f"Name={it.name or 'unknown'}")
             # LLVM: copy when the entry is new *for this region* (an earlier clause of the
             # construct made it), or always
@@ -243,7 +266,7 @@ class MappingTable:
                     c is not None and id(e) in c.created and (p, n) not in c.copied_to)):
                 if c is not None:
                     c.copied_to.add((p, n))
-                self._copy_to(p, tgt, n, it.name, queue)
+                self._copy_to(p, tgt, n, e.name, queue)
             return tgt, e
 
     def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct | None) -> int:
@@ -255,11 +278,11 @@ class MappingTable:
         try:
             e.tgt_begin = tgt = self._dev.alloc(n, AllocKind.DEVICE)
             if self.info:
-                e.where = caller()
+                e.where = it.where or caller()
                 if self.info & _I_CHANGED:
-                    self._say(f"Creating new map entry with HstPtrBase=0x{p:x}, "
-                              f"HstPtrBegin=0x{p:x}, TgtAllocBegin=0x{tgt:x}, "
-                              f"TgtPtrBegin=0x{tgt:x}, Size={n}, "
+                    self._say(f"Creating new map entry with HstPtrBase=0x{it.base:016x}, "
+                              f"HstPtrBegin=0x{p:016x}, TgtAllocBegin=0x{tgt:016x}, "
+                              f"TgtPtrBegin=0x{tgt:016x}, Size={n}, "
                               f"DynRefCount={count_text(e.dyn)}, "
                               f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
             e.pinned = plugin.data_notify_mapped(self.device, p, n, it.owner,
@@ -283,20 +306,23 @@ class MappingTable:
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
         if self.info & _I_TRANSFER:
-            self._say(f"Copying data from host to device, HstPtr=0x{p:x}, "
-                      f"TgtPtr=0x{tgt:x}, Size={n}, Name={name or 'unknown'}")
+            self._say(f"Copying data from host to device, HstPtr=0x{p:016x}, "
+                      f"TgtPtr=0x{tgt:016x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_submit(self.device, tgt, p, n, queue)
 
     def _copy_from(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
         if self.info & _I_TRANSFER:
-            self._say(f"Copying data from device to host, TgtPtr=0x{tgt:x}, "
-                      f"HstPtr=0x{p:x}, Size={n}, Name={name or 'unknown'}")
+            self._say(f"Copying data from device to host, TgtPtr=0x{tgt:016x}, "
+                      f"HstPtr=0x{p:016x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_retrieve(self.device, p, tgt, n, queue)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
         """Take back the reference `it` took on `e` (no copies)."""
+        t = int(it.type)
+        if t & _MEMBER:
+            return                                 # it took none
         with self._lock:
-            if int(it.type) & _HOLD:
+            if t & _HOLD:
                 e.hold -= 1
             else:
                 e.dyn -= 1
@@ -347,8 +373,8 @@ class MappingTable:
                 self.plugin.synchronize(self.device, queue)
             for e in dying:
                 if self.info & _I_CHANGED:
-                    self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:x}, "
-                              f"TgtPtrBegin=0x{e.tgt_begin:x}, Size={e.size}, "
+                    self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:016x}, "
+                              f"TgtPtrBegin=0x{e.tgt_begin:016x}, Size={e.size}, "
                               f"Name={e.name or 'unknown'}")
                 self._release(e)
         if error_ is not None:
@@ -375,32 +401,36 @@ class MappingTable:
                         raise error([present_missing(p, n)], it,
                                     "it was never mapped, or was unmapped already")
                     return
-                if t & _DELETE:
+                if t & _MEMBER:
+                    pass                           # its struct's mapping counts for it
+                elif t & _DELETE:
                     if e.dyn != INF:
                         e.dyn = 0
                 elif t & _HOLD:
                     e.hold = max(0, e.hold - 1)
                 elif e.dyn != INF:
                     e.dyn = max(0, e.dyn - 1)
-                last = e.dyn + e.hold == 0
+                last = e.dyn + e.hold == 0 and not t & _MEMBER
+                if self.info & _I_EXISTS:           # LLVM's words for what happened
+                    how = (" (update suppressed)" if t & _MEMBER else " (decremented)"
+                           if not last else " (reset, delayed deletion)"
+                           if t & _DELETE else " (decremented, delayed deletion)")
+                    self._say(f"Mapping exists with HstPtrBegin=0x{p:016x}, TgtPtrBegin="
+                              f"0x{e.tgt_begin + p - e.hst_begin:016x}, Size={n}, "
+                              f"{_counts(e, how, bool(t & _HOLD))}")
                 if last:
                     self._remove(e)                # nobody new finds it ...
                     dying.append(e)
                     if e.busy and e.busy > own.count(e):     # ... work in flight ends
                         dead, mine = e, own.count(e)
                         self._wait_idle(lambda: dead.busy <= mine)
-                elif self.info & _I_EXISTS:
-                    self._say(f"Mapping exists with HstPtrBegin=0x{p:x}, TgtPtrBegin="
-                              f"0x{e.tgt_begin + p - e.hst_begin:x}, Size={n}, "
-                              f"DynRefCount={count_text(e.dyn)}, "
-                              f"HoldRefCount={count_text(e.hold)}, Name={it.name or 'unknown'}")
             else:
                 last = False
         if not copy_back or not t & _FROM and c is None:
             return
         if c is None:                          # the only clause: copy now or never
             if n > 0 and (t & _ALWAYS or last or released_before):
-                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, it.name, queue)
+                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, e.name, queue)
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -415,7 +445,7 @@ class MappingTable:
             if key in c.copied_from:
                 continue
             c.copied_from.add(key)
-            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, d.name, queue)
+            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, e.name, queue)
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
@@ -438,10 +468,12 @@ class MappingTable:
                 continue
             try:
                 tgt = e.tgt_begin + (p - e.hst_begin)
+                if self.info & _I_EXISTS:
+                    self.say_found(p, n, e)
                 if t & _TO:
-                    self._copy_to(p, tgt, n, it.name, queue)
+                    self._copy_to(p, tgt, n, e.name, queue)
                 if t & _FROM:
-                    self._copy_from(p, tgt, n, it.name, queue)
+                    self._copy_from(p, tgt, n, e.name, queue)
                 if queue is not None and hold is None:
                     self.plugin.synchronize(self.device, queue)
             except BaseException:
@@ -523,7 +555,7 @@ class MappingTable:
                 self._idle.notify_all()
 
     # ---- omp_target_associate_ptr -------------------------------------------
-    def associate(self, p: int, tgt: int, n: int) -> None:
+    def associate(self, p: int, tgt: int, n: int, name: str = "associated") -> None:
         with self._lock:
             e, inside = self._find(p, n)
             if e is not None:
@@ -532,7 +564,7 @@ class MappingTable:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"Not allowed to re-associate pointer 0x{p:x} ({n} bytes): "
                                    f"it is mapped to 0x{e.tgt_begin + p - e.hst_begin:x}")
-            e = HostDataToTarget(p, n, tgt, "associated", None, owned=False)
+            e = HostDataToTarget(p, n, tgt, name, None, owned=False)
             e.dyn = INF
             self._insert(e)
 

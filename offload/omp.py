@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .arrays import buffer, integer
+from .config import Info
 from .device import Device
 from .dlpack import is_foreign
 from .errors import ErrorCode, OffloadError
@@ -142,6 +143,7 @@ def _deallocator(name: str, kind: AllocKind, what: str) -> Callable[[Any, int], 
 
 
 _DEVICE_MEM = "device memory"
+_INFO_EXISTS = int(Info.MAPPING_EXISTS)
 _HOST_MEM = "pinned host memory the device can access"
 _SHARED_MEM = "memory shared (managed) between host and device"
 omp_target_alloc = _allocator("omp_target_alloc", AllocKind.DEVICE, _DEVICE_MEM)
@@ -388,6 +390,8 @@ def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
     if dev is None:
         return p
     e = dev.table.lookup(p, 0)
+    if e is not None and dev.table.info & _INFO_EXISTS:
+        dev.table.say_found(p, 1, e)        # as LLVM's lookup of one byte reports it
     return 0 if e is None else e.tgt_begin + (p - e.hst_begin)
 
 
@@ -403,7 +407,10 @@ def omp_target_is_present(ptr: Any, device_num: int) -> int:
         return 1
     if p == 0:
         return 0
-    return int(dev.table.lookup(p, 0) is not None)
+    e = dev.table.lookup(p, 0)
+    if e is not None and dev.table.info & _INFO_EXISTS:
+        dev.table.say_found(p, 1, e)
+    return int(e is not None)
 
 
 @operation

@@ -162,12 +162,7 @@ def omp_target_memset_async(ptr: Any, value: int, count: int, device_num: int,
 def ompx_dump_mapping_tables() -> None:
     """Print every device's mapping table to stdout, as LLVM's ompx_dump_mapping_tables."""
     for dev in sorted(_current().manager.initialized(), key=lambda d: d.number):
-        entries = dev.table.entries()
-        if not entries:
-            print(f"omptarget device {dev.number} info: OpenMP Host-Device pointer mappings "
-                  f"table empty")
-        else:
-            print(dump_table(dev.number, entries, "libomptarget:0:0"))
+        print(dump_table(dev.number, dev.table.entries(), "libomptarget:0:0"))
 
 
 # ---- the Pythonic twins ----------------------------------------------------------------

@@ -23,7 +23,8 @@ from .plugins.common import GenericKernel, GenericPlugin
 from .runtime import Handle, check_depend, operation, queue_after, stream_queue, wait_depend
 from .runtime import current as _current
 
-_I_KERNEL = int(Info.PLUGIN_KERNEL)                # a plain int: fast tests
+_I_KERNEL = int(Info.PLUGIN_KERNEL)                # plain ints: fast tests
+_I_EXISTS = int(Info.MAPPING_EXISTS)
 
 
 def overlaps(p: int, n: int, q: int, m: int) -> bool:
@@ -197,6 +198,10 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
                          tgts[w[0]] + (w[1] - items[w[0]].host) if w[0] >= 0 and w[2] else
                          kernel_arg(table, items, a, (w[1], w[2]))
                          for a, w in zip(args, where, strict=True)]
+                if table.info & _I_EXISTS:         # the arguments' lookups, as LLVM's
+                    for w in where:
+                        if w is not None:
+                            table.say_found(w[1], w[2])
                 if table.info & _I_KERNEL:
                     print(f"omptarget device {dev.number} info: Launching kernel "
                           f"{k.name} with {teams or 1} blocks and "

@@ -118,7 +118,7 @@ def _load_images(d: Any) -> None:
                     if e.size > 0 and (e.flags == 0 or is_link(e)):
                         where = g.omp_global(program, e.name)
                         if where is not None:
-                            d.table.associate(e.addr, where, e.size)
+                            d.table.associate(e.addr, where, e.size, e.name)
             done.add(prog.desc)
         _loaded[id(d)] = (d, version)
 

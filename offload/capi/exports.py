@@ -39,7 +39,13 @@ from .interop_objects import (
     interop_str,
     interop_type_desc,
 )
-from .kernels import construct_device, legacy_target, target_kernel
+from .kernels import (
+    construct_device,
+    dump_tables,
+    dump_tables_at_exit,
+    legacy_target,
+    target_kernel,
+)
 
 _live_libs = 0
 
@@ -81,6 +87,7 @@ def unregister_lib(desc: Any) -> None:
         return
     _live_libs -= 1
     if _live_libs == 0:
+        dump_tables_at_exit()
         _stop_profile()
     forget_program(prog)
 
@@ -108,7 +115,7 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")
-    d.table.dump_if_asked()
+    dump_tables(d, loc)
 
 
 # ---- the OpenMP device API, through offload.omp with pointers as ints ----------------------

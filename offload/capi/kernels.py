@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..diagnostics import say
+from .. import runtime
+from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
 from . import maps
-from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, fatal, registry
+from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, ensure_runtime, fatal, registry
 from .images import _cast, addr, ffi
 
 # (region id, device number) -> (registry version, (loaded program, kernel name))
@@ -40,7 +41,7 @@ def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
                 threads: int, tripcount: int) -> None:
     how = dev.generic.omp_launch(program, name, kargs, teams, threads, tripcount)
     if dev.table.info & 0x10:                    # LIBOMPTARGET_INFO: PLUGIN_KERNEL
-        say(dev.number, f"Launching kernel {name} {how}")
+        plugin_say(dev.local_id, f"Launching kernel {name} {how}")
 
 
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
@@ -73,6 +74,29 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
 _EMPTY: tuple[list[maps.Arg], list[maps.Arg]] = ([], [])
 
 
+def dump_tables(dev: Any, loc: Any) -> None:
+    """LIBOMPTARGET_INFO's DUMP_TABLE after a construct on `dev`: every device's table,
+    as LLVM 19 prints them (the construct's file:line:col; a line for an empty one)."""
+    if dev.table.info & 0x4:
+        _dump(maps.location(loc), reverse=False)
+
+
+def dump_tables_at_exit() -> None:
+    """DUMP_TABLE when the last program unregisters: LLVM 19 dumps each device's table as
+    it destroys the devices, last first, 'after block at libomptarget:0:0'."""
+    rt = runtime._process.live
+    if rt is not None and not rt.closing and int(rt.config.info) & 0x4:
+        _dump("libomptarget:0:0", reverse=True)
+
+
+def _dump(where: str, reverse: bool) -> None:
+    rt = ensure_runtime()
+    numbers = range(rt.num_devices())
+    for n in reversed(numbers) if reverse else numbers:
+        d = rt.manager.get_device(n)
+        print(dump_table(d.number, d.table.entries(), where), file=sys.stderr)
+
+
 def construct_device(dev: int) -> Any:
     """The construct's device; a device that cannot run it stops the program after LLVM's
     message (the policy is mandatory once there are devices)."""
@@ -97,8 +121,10 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         for line in maps.describe("kernel", loc, args[1]):
             say(d.number, line)
     try:
-        return _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
-                       int(k.Tripcount))
+        rc = _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
+                     int(k.Tripcount))
+        dump_tables(d, loc)
+        return rc
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")

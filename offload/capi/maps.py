@@ -22,42 +22,52 @@ from .images import addr, ffi
 _TO, _FROM, _DELETE = 0x1, 0x2, 0x8
 _PTR_AND_OBJ, _TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x40, 0x80, 0x100
 _IMPLICIT = 0x200
+_INFO_EXISTS = 0x2                         # LIBOMPTARGET_INFO: MAPPING_EXISTS
+_MEMBER = int(MapType.MEMBER)
 _KEEP = 0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x1000 | 0x2000     # what the table acts on
 
 
 class Arg:
     """One component of a map list; `tgt`: its device address once a region mapped it."""
 
-    __slots__ = ("base", "begin", "size", "type", "name", "slot", "tgt")
+    __slots__ = ("base", "begin", "size", "type", "name", "slot", "where", "tgt")
 
     def __init__(self, base: int, begin: int, size: int, type: int, name: str | None,
-                 slot: int):
+                 slot: int, where: str | None = None):
         self.base = base
         self.begin = begin
         self.size = size
         self.type = type
         self.name = name
         self.slot = slot          # its index in the caller's arrays (-1: from a mapper)
+        self.where = where        # where the variable is declared, from -g names
         self.tgt: int | None = None
 
     def item(self) -> MapItem:
         t = self.type & _KEEP
+        if self.type & MEMBER_OF_MASK and not self.type & _PTR_AND_OBJ:
+            t |= _MEMBER
         mt = _MAP_TYPES.get(t)
         if mt is None:
             mt = _MAP_TYPES[t] = MapType(t)
-        return MapItem(self.begin, self.size, mt, None, self.name)
+        return MapItem(self.begin, self.size, mt, None, self.name, False,
+                       None if self.type & _PTR_AND_OBJ else self.base, self.where)
 
 
 _MAP_TYPES: dict[int, MapType] = {}          # the table's map types, made once per value
 
 
-def _name(names: Any, i: int) -> str | None:
-    """The variable name clang passes with -g: an ident-like string ';name;file;l;c;;'."""
+def _name(names: Any, i: int) -> tuple[str | None, str | None]:
+    """(the variable's name, where it is declared: 'file:line:col') from the string clang
+    passes with -g, ';name;file;line;col;;' (the file without its directories, as LLVM
+    prints it); (None, None) without one."""
     if names == ffi.NULL or names[i] == ffi.NULL:
-        return None
+        return None, None
     raw = ffi.string(ffi.cast("char *", names[i])).decode(errors="replace")
     parts = raw.split(";")
-    return parts[1] if len(parts) > 2 else raw
+    if len(parts) < 5:
+        return (parts[1] if len(parts) > 2 else raw), None
+    return parts[1], f"{parts[2].rsplit('/', 1)[-1] or 'unknown'}:{parts[3] or 0}:{parts[4] or 0}"
 
 
 # ---- user-defined mappers: the generated function calls back with its components ------
@@ -73,9 +83,9 @@ def num_components(handle: int) -> int:
 
 def push_component(handle: int, base: int, begin: int, size: int, type_: int,
                    name: Any) -> None:
-    n = None if name == ffi.NULL else _name(ffi.new("void *[]", [name]), 0)
+    n, where = (None, None) if name == ffi.NULL else _name(ffi.new("void *[]", [name]), 0)
     with _mapper_lock:
-        _components.setdefault(handle, []).append(Arg(base, begin, size, type_, n, -1))
+        _components.setdefault(handle, []).append(Arg(base, begin, size, type_, n, -1, where))
 
 
 def _expand(mapper: int, arg: Arg) -> list[Arg]:
@@ -103,8 +113,9 @@ def decode(n: int, bases: Any, begins: Any, sizes: Any, types: Any, names: Any =
     given: list[Arg] = []
     names = ffi.NULL if names is None else names
     for i in range(n):
+        name, where = _name(names, i)
         a = Arg(addr(bases[i]), addr(begins[i]), int(sizes[i]), int(types[i]) & (2**64 - 1),
-                _name(names, i), i)
+                name, i, where)
         given.append(a)
         m = addr(mappers[i]) if mappers is not None and mappers != ffi.NULL else 0
         if m:
@@ -118,9 +129,11 @@ def decode(n: int, bases: Any, begins: Any, sizes: Any, types: Any, names: Any =
 
 
 def _mapped(a: Arg) -> bool:
-    """Whether the table maps this component (literals and empty pointers are not)."""
+    """Whether the table takes this component (literals and privates are not; a
+    zero-length one counts a reference on the mapping that holds its address, if any,
+    as LLVM 19 does for use_device_ptr and zero-length sections)."""
     t = a.type
-    return not (t & _LITERAL) and not (t & _PRIVATE) and a.size > 0
+    return not (t & _LITERAL) and not (t & _PRIVATE)
 
 
 # ---- LIBOMPTARGET_INFO's argument listing (KERNEL_ARGS), in LLVM 19's words -----------
@@ -315,8 +328,12 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
                     dev.submit(p, a.begin, a.size)
                 out.append(p - (a.begin - a.base))
             elif a.tgt is not None and a.size:  # mapped by the region: its address
+                if table.info & _INFO_EXISTS:
+                    table.say_found(a.begin, a.size)
                 out.append(a.tgt - (a.begin - a.base))
             else:
+                if table.info & _INFO_EXISTS:
+                    table.say_found(a.begin, a.size)
                 e = table.lookup(a.begin, max(a.size, 1)) if a.size else \
                     table.overlapping(a.begin, 1)
                 if e is None:

@@ -22,6 +22,7 @@ WARP = 32
 DEFAULT_THREADS = 128              # LLVM's default block size for NVIDIA GPUs
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
 EXEC_GENERIC, EXEC_SPMD, EXEC_GENERIC_SPMD = 1, 2, 3
+_MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
 
 @dataclass(frozen=True)
@@ -244,4 +245,5 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
     finally:
         for p in allocs:
             dev.free(p)
-    return f"with {blocks} blocks and {block} threads"
+    return (f"with {blocks} blocks and {block} threads in "
+            f"{_MODE_NAMES.get(env.exec_mode, 'Generic')} mode")

@@ -368,7 +368,9 @@ class HostDevice(GenericDevice):
             t = _ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (len(args) + 1))})")
             fn = _OMP_KERNELS[key] = _ffi.cast(t, addr)
         fn(_NO_DYN, *args)          # cffi releases the GIL while it runs
-        return f"with {len(args)} argument(s)"
+        # as LLVM 19's host plugin reports it: the clauses' values, else 1; Generic mode
+        return (f"with {teams if teams > 0 else 1} blocks and "
+                f"{threads if threads > 0 else 1} threads in Generic mode")
 
     def _info_impl(self) -> dict:
         return {"name": f"host CPU ({platform.machine()})", "kind": "host",
