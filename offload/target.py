@@ -189,15 +189,18 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
             tgts = table.target_data_begin(items, queue, busy)
-            others = [(p, n) for w in where if w is not None and w[0] < 0
-                      for p, n in (w[1:],)]
+            others = [(w[1], w[2]) for w in where if w is not None and w[0] < 0]
             if others:
                 busy += table.mark_busy_for(others)
             try:
-                kargs = [a if w is None else
-                         tgts[w[0]] + (w[1] - items[w[0]].host) if w[0] >= 0 and w[2] else
-                         kernel_arg(table, items, a, (w[1], w[2]))
-                         for a, w in zip(args, where, strict=True)]
+                kargs = []
+                for a, w in zip(args, where, strict=True):
+                    if w is None:                          # a scalar, by value
+                        kargs.append(a.item() if isinstance(a, np.generic) else a)
+                    elif w[0] >= 0 and w[2]:               # its clause's device address
+                        kargs.append(tgts[w[0]] + (w[1] - items[w[0]].host))
+                    else:                                  # mapped by another construct
+                        kargs.append(kernel_arg(table, items, a, (w[1], w[2])))
                 if table.info & _I_EXISTS:         # the arguments' lookups, as LLVM's
                     for w in where:
                         if w is not None:

@@ -326,6 +326,34 @@ def test_device_memory_pool_reuses_same_size_and_gives_back_on_oom(recording):
     dev.free(c)
 
 
+def test_cuda_argument_buffers_pack_only_what_fits_unsigned():
+    """The CUDA plugin's reused argument buffers: one 8-byte slot per parameter, ints
+    packed little-endian; anything else (a negative int, a float, a numpy scalar, a wrong
+    count, a parameter wider than 8 bytes) is left to the general packing (no GPU needed)."""
+    from offload.plugins.cuda import _ArgBuffers, _ffi
+    bufs = _ArgBuffers([8, 4, 8])
+    packed = bufs.pack([2**64 - 1, 7, 5])
+    assert packed == (2**64 - 1).to_bytes(8, "little") + (7).to_bytes(8, "little") + \
+        (5).to_bytes(8, "little")
+    buf, params = bufs.make()
+    _ffi.memmove(buf, packed, len(packed))
+    assert [buf[i] for i in range(3)] == [2**64 - 1, 7, 5]
+    assert int(_ffi.cast("uintptr_t", params[2])) - int(_ffi.cast("uintptr_t", buf)) == 16
+    for bad in ([-1, 2, 3], [1.0, 2, 3], [np.int64(1), 2, 3], [1, 2], [1, 2**32, 3]):
+        assert bufs.pack(bad) is None, bad
+    assert _ArgBuffers([16]).pack([1]) is None and _ArgBuffers([]).pack([]) is None
+
+
+def test_numpy_scalars_as_kernel_arguments(runtime):
+    """numpy scalars pass by value, as Python numbers do."""
+    runtime()
+    k = offload.compile_c("void fill(float *a, float v, int n) "
+                          "{ for (int i = 0; i < n; i++) a[i] = v; }")
+    a = np.zeros(8, np.float32)
+    offload.target(k.fill, a, np.float32(2.5), np.int32(5), map=[offload.tofrom(a)], device=0)
+    np.testing.assert_array_equal(a, [2.5] * 5 + [0] * 3)
+
+
 def test_kernel_scalar_packing():
     """How GPU plugins lay out scalar kernel arguments (no GPU needed)."""
     from offload.plugins.common import pack_scalar

@@ -69,6 +69,24 @@ def test_prelock_twin(cu, k):
     assert not pin.locked
 
 
+def test_numpy_scalars_and_negative_ints_as_arguments(cu, k):
+    """numpy scalars pass by value like Python numbers, and an int that the reused
+    argument buffers cannot hold unsigned (a negative one) takes the general packing."""
+    a = np.zeros(64, np.int32)
+    offload.target(k.add_one, a, np.int64(8), np.int32(16), map=[offload.tofrom(a)],
+                   device=0, teams=1, threads=64)
+    offload.target(k.slow_set, a, 4, np.int32(-7), map=[offload.tofrom(a)], device=0,
+                   teams=1, threads=64)
+    expect = np.zeros(64, np.int32)
+    expect[8:16] = 1
+    expect[:4] = -7
+    np.testing.assert_array_equal(a, expect)
+    offload.target(k.slow_set, a, 2, -9, map=[offload.tofrom(a)], device=0, teams=1,
+                   threads=64)
+    expect[:2] = -9
+    np.testing.assert_array_equal(a, expect)
+
+
 def test_ptx_image_runs(cu):
     ptx = offload.compile_cuda(KERNELS, ptx=True)
     assert ptx.binaries[0].format == "ptx" and "add_one" in ptx.kernels
