@@ -39,9 +39,11 @@ def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
 
 def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
                 threads: int, tripcount: int) -> None:
-    how = dev.generic.omp_launch(program, name, kargs, teams, threads, tripcount)
+    blocks, block, mode = dev.generic.omp_launch(program, name, kargs, teams, threads,
+                                                 tripcount)
     if dev.table.info & 0x10:                    # LIBOMPTARGET_INFO: PLUGIN_KERNEL
-        plugin_say(dev.local_id, f"Launching kernel {name} {how}")
+        plugin_say(dev.local_id, f"Launching kernel {name} with {blocks} blocks and "
+                                 f"{block} threads in {mode} mode")
 
 
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],

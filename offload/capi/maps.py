@@ -17,7 +17,7 @@ from ..clauses import MapItem, MapType
 from ..device import Device
 from ..errors import ErrorCode, OffloadError
 from .abi import MEMBER_OF_MASK, NON_CONTIG
-from .images import addr, ffi
+from .images import _T_UINTPTR, _cast, addr, ffi
 
 _TO, _FROM, _DELETE = 0x1, 0x2, 0x8
 _PTR_AND_OBJ, _TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x40, 0x80, 0x100
@@ -114,8 +114,8 @@ def decode(n: int, bases: Any, begins: Any, sizes: Any, types: Any, names: Any =
     names = ffi.NULL if names is None else names
     for i in range(n):
         name, where = _name(names, i)
-        a = Arg(addr(bases[i]), addr(begins[i]), int(sizes[i]), int(types[i]) & (2**64 - 1),
-                name, i, where)
+        a = Arg(int(_cast(_T_UINTPTR, bases[i])), int(_cast(_T_UINTPTR, begins[i])),
+                int(sizes[i]), int(types[i]) & (2**64 - 1), name, i, where)
         given.append(a)
         m = addr(mappers[i]) if mappers is not None and mappers != ffi.NULL else 0
         if m:

@@ -225,7 +225,7 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
 
 
 def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,
-           threads: int, tripcount: int) -> str:
+           threads: int, tripcount: int) -> tuple[int, int, str]:
     """Run kernel `name` of a loaded image to completion: host function pointers among
     the arguments translated through the indirect call table (clang 19 emits no lookup
     at indirect call sites; later clang calls __llvm_omp_indirect_call_lookup there, and
@@ -245,5 +245,4 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
     finally:
         for p in allocs:
             dev.free(p)
-    return (f"with {blocks} blocks and {block} threads in "
-            f"{_MODE_NAMES.get(env.exec_mode, 'Generic')} mode")
+    return blocks, block, _MODE_NAMES.get(env.exec_mode, "Generic")

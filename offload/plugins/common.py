@@ -162,9 +162,10 @@ class GenericDevice:
         return None
 
     def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int],
-                         teams: int, threads: int, tripcount: int) -> str:
+                         teams: int, threads: int, tripcount: int) -> tuple[int, int, str]:
         """Run kernel `name` (pointer-sized arguments; LLVM's num_teams / thread_limit /
-        trip count) to completion; how it ran, for LIBOMPTARGET_INFO ("with ...")."""
+        trip count) to completion; how it ran, for LIBOMPTARGET_INFO: (blocks, threads,
+        execution mode) as the plugin reports them."""
         raise OffloadError(ErrorCode.UNSUPPORTED,
                            f"plugin {self.plugin.name} runs no clang OpenMP images")
 
@@ -241,7 +242,7 @@ class GenericDevice:
         return self._omp_global_impl(program, name)
 
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
-                   threads: int, tripcount: int) -> str:
+                   threads: int, tripcount: int) -> tuple[int, int, str]:
         return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
 
     def omp_requires(self, flags: int) -> None:

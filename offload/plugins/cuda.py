@@ -455,7 +455,7 @@ class CUDADevice(GenericDevice):
         return None if found is None else found[0]
 
     def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
-                         threads: int, tripcount: int) -> str:
+                         threads: int, tripcount: int) -> tuple[int, int, str]:
         return _cuda_openmp.launch(self, program, name, args, teams, threads, tripcount)
 
     def _omp_requires_impl(self, flags: int) -> None:

@@ -357,7 +357,7 @@ class HostDevice(GenericDevice):
         return None if p == _ffi.NULL else int(_ffi.cast("uintptr_t", p))
 
     def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
-                         threads: int, tripcount: int) -> str:
+                         threads: int, tripcount: int) -> tuple[int, int, str]:
         key = (program, name, len(args))            # a cdata hashes by its address
         fn = _OMP_KERNELS.get(key)
         if fn is None:
@@ -369,8 +369,7 @@ class HostDevice(GenericDevice):
             fn = _OMP_KERNELS[key] = _ffi.cast(t, addr)
         fn(_NO_DYN, *args)          # cffi releases the GIL while it runs
         # as LLVM 19's host plugin reports it: the clauses' values, else 1; Generic mode
-        return (f"with {teams if teams > 0 else 1} blocks and "
-                f"{threads if threads > 0 else 1} threads in Generic mode")
+        return teams if teams > 0 else 1, threads if threads > 0 else 1, "Generic"
 
     def _info_impl(self) -> dict:
         return {"name": f"host CPU ({platform.machine()})", "kind": "host",
