@@ -266,6 +266,58 @@ def test_kernel_and_table_dump_info(runtime, capsys, add_one):
     assert "Host Ptr" in err and f"0x{a.ctypes.data:016x}" in err and " a" in err
 
 
+def test_region_busy_marks_are_all_or_nothing(rt, add_one):
+    """The clause-less region marks every mapped argument's entry in use under one lock;
+    with one argument unmapped it marks none (the general path then maps it), and every
+    mark is gone when the region ends."""
+    a = np.zeros(8, np.int32)
+    b = np.zeros(8, np.int32)
+    offload.target_enter_data(offload.to(a), device=0)
+    t = table()
+    assert t.mark_busy_each([(a.ctypes.data, a.nbytes), (b.ctypes.data, b.nbytes)]) is None
+    assert t.lookup(a.ctypes.data, a.nbytes).busy == 0
+    offload.target(add_one.add_one, a, 0, 8, device=0)      # a mapped: the lean path
+    offload.target(add_one.add_one, b, 0, 8, device=0)      # b not: mapped for the region
+    assert t.lookup(a.ctypes.data, a.nbytes).busy == 0 and len(t) == 1
+    offload.target_exit_data(offload.from_(a), device=0)
+    np.testing.assert_array_equal(a, 1)
+    np.testing.assert_array_equal(b, 1)
+
+
+def test_member_clause_uses_its_structs_mapping_without_counting(rt):
+    """MapType.MEMBER (the C edge's MEMBER_OF components): inside a mapping it changes no
+    count and copies nothing back on its own; where nothing holds it, it maps itself and
+    counts like any clause (so nothing is left behind)."""
+    s = np.arange(16, dtype=np.int32)
+    t = table()
+    offload.target_enter_data(offload.to(s), device=0)
+    e = t.lookup(s.ctypes.data, s.nbytes)
+    member = offload.MapClause(s[4:8], MapType.TO | MapType.FROM | MapType.MEMBER).item()
+    t.target_data_begin([member])
+    assert (e.dyn, e.hold) == (1, 0)
+    t.target_data_end([member])
+    assert t.lookup(s.ctypes.data, s.nbytes) is e and e.dyn == 1
+    offload.target_exit_data(offload.release(s), device=0)
+    alone = offload.MapClause(s[4:8], MapType.TO | MapType.MEMBER).item()
+    t.target_data_begin([alone])
+    assert t.lookup(s[4:8].ctypes.data, 16).dyn == 1 and not alone.type & MapType.MEMBER
+    t.target_data_end([alone])
+    assert len(t) == 0 and allocs() == 0
+
+
+def test_argument_kinds_are_checked_again_for_new_kinds(rt, add_one):
+    """The per-kernel record of argument kinds that fit skips the check only for the same
+    kinds: an array of another dtype after accepted calls is still refused, by name."""
+    a = np.zeros(8, np.int32)
+    for _ in range(3):
+        offload.target(add_one.add_one, a, 0, 8, map=[offload.tofrom(a)], device=0)
+    with pytest.raises(OffloadError, match="expected an array of int32"):
+        offload.target(add_one.add_one, np.zeros(8, np.float64), 0, 8, device=0)
+    with pytest.raises(OffloadError, match="expected an integer, got float"):
+        offload.target(add_one.add_one, a, 0.5, 8, device=0)
+    assert len(table()) == 0 and allocs() == 0
+
+
 def test_mapped_owner_is_kept_alive(rt):
     import gc
     import weakref
