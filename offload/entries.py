@@ -12,7 +12,7 @@ class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
     __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
-                 "pinned", "owned", "ready", "failed", "where", "busy", "views")
+                 "pinned", "owned", "ready", "failed", "where", "busy", "views", "shadows")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
@@ -30,6 +30,9 @@ class HostDataToTarget:
         self.where = "unknown:0:0"                  # where it was mapped (table dumps)
         self.busy = 0                               # operations in flight using it
         self.views: dict | None = None              # device_array layouts, made once
+        # pointers inside it attached to device data (PTR_AND_OBJ): host address of the
+        # pointer -> (its host value, its device value); kept across copies both ways
+        self.shadows: dict[int, tuple[int, int]] | None = None
 
     @property
     def size(self) -> int:

@@ -10,9 +10,10 @@ reference whatever the clause order, and each copy happens once.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .clauses import MapClause, MapItem, MapType, map_items
@@ -142,10 +143,14 @@ class MappingTable:
 
     # ---- begin ------------------------------------------------------------
     def target_data_begin(self, items: Sequence[MapItem], queue: Any = None,
-                          busy: list[HostDataToTarget] | None = None) -> list[int]:
+                          busy: list[HostDataToTarget] | None = None,
+                          around: Callable[[int, int | None], None] | None = None
+                          ) -> list[int]:
         """Map every item (all or nothing); return each item's device address. With
         `busy` (an empty list), each entry the items use is also marked in use, in the
-        same lock round trip, and appended for `release_busy` (released again on failure)."""
+        same lock round trip, and appended for `release_busy` (released again on failure).
+        `around(i, None)` runs before item i, `around(i, address)` after it (the C edge
+        attaches pointers there, in LLVM's order)."""
         if not items:
             return []
         self._check_begin(items)
@@ -154,11 +159,15 @@ class MappingTable:
         done: list[tuple[MapItem, HostDataToTarget]] = []
         out = []
         try:
-            for it in items:
+            for i, it in enumerate(items):
+                if around is not None:
+                    around(i, None)
                 tgt, e = self._begin_one(it, queue, c, busy)
                 out.append(tgt)
                 if e is not None:
                     done.append((it, e))
+                if around is not None:
+                    around(i, tgt)
         except BaseException:
             if busy:
                 self.release_busy(busy)
@@ -266,7 +275,7 @@ class MappingTable:
                     c is not None and id(e) in c.created and (p, n) not in c.copied_to)):
                 if c is not None:
                     c.copied_to.add((p, n))
-                self._copy_to(p, tgt, n, e.name, queue)
+                self._copy_to(p, tgt, n, e.name, queue, e)
             return tgt, e
 
     def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct | None) -> int:
@@ -304,17 +313,71 @@ class MappingTable:
         ready.release()
         return tgt
 
-    def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
+    def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
+                 e: HostDataToTarget | None = None) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_submit(self.device, tgt, p, n, queue)
+        if e is not None and e.shadows:       # the copy brought host pointers along:
+            if queue is not None:             # their device values go back on top
+                self.plugin.synchronize(self.device, queue)
+            for addr, (_, dev_value) in list(e.shadows.items()):
+                if p <= addr and addr + 8 <= p + n:
+                    self._store_pointer(e, addr, dev_value)
 
-    def _copy_from(self, p: int, tgt: int, n: int, name: str | None, queue: Any) -> None:
+    def _copy_from(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
+                   e: HostDataToTarget | None = None) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:016x}, "
                       f"HstPtr=0x{p:016x}, Size={n}, Name={name or 'unknown'}")
         self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+        if e is not None and e.shadows:       # device pointers came back: the host
+            if queue is not None:             # keeps its own values
+                self.plugin.synchronize(self.device, queue)
+            for addr, (host_value, _) in list(e.shadows.items()):
+                if p <= addr and addr + 8 <= p + n:
+                    ctypes.c_uint64.from_address(addr).value = host_value
+
+    # ---- pointers attached to device data (LLVM's shadow pointers) ----------------
+    def say_pointer(self, ptr: int, implicit: bool, member: bool) -> None:
+        """LLVM 19's MAPPING_EXISTS line for its lookup of an attached pointer (the base of
+        a PTR_AND_OBJ component), when a mapping holds it."""
+        e = self.lookup(ptr, 8)
+        if e is not None:
+            how = " (update suppressed)" if member else " (incremented)"
+            self._say(f"Mapping exists{' (implicit)' if implicit else ''} with "
+                      f"HstPtrBegin=0x{ptr:016x}, "
+                      f"TgtPtrBegin=0x{e.tgt_begin + ptr - e.hst_begin:016x}, Size=8, "
+                      f"{_counts(e, how, False)}, Name=unknown")
+
+    def attach(self, ptr: int, host_value: int, dev_value: int) -> bool:
+        """Make the device copy of the host pointer at `ptr` (inside a mapping) hold
+        `dev_value`, remembered so that later copies of the mapping keep it on the device
+        and `host_value` on the host. False when no mapping holds the pointer; the
+        pointer is written only when new or changed, as LLVM does."""
+        with self._lock:
+            e, inside = self._find(ptr, 8)
+            if e is None or not inside:
+                return False
+            shadows = e.shadows if e.shadows is not None else {}
+            old = shadows.get(ptr)
+            shadows[ptr] = (host_value, dev_value)
+            e.shadows = shadows
+            if old is not None and old[1] == dev_value:
+                return True
+        self._store_pointer(e, ptr, dev_value)
+        return True
+
+    def _store_pointer(self, e: HostDataToTarget, ptr: int, value: int) -> None:
+        """Write the 8-byte `value` into the device copy of the pointer at host `ptr`."""
+        buf = ctypes.c_uint64(value)
+        src = ctypes.addressof(buf)
+        tgt = e.tgt_begin + (ptr - e.hst_begin)
+        if self.info & _I_TRANSFER:
+            self._say(f"Copying data from host to device, HstPtr=0x{src:016x}, "
+                      f"TgtPtr=0x{tgt:016x}, Size=8, Name={e.name or 'unknown'}")
+        self.plugin.data_submit(self.device, tgt, src, 8)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
         """Take back the reference `it` took on `e` (no copies)."""
@@ -430,7 +493,7 @@ class MappingTable:
             return
         if c is None:                          # the only clause: copy now or never
             if n > 0 and (t & _ALWAYS or last or released_before):
-                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, e.name, queue)
+                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, e.name, queue, e)
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -445,7 +508,8 @@ class MappingTable:
             if key in c.copied_from:
                 continue
             c.copied_from.add(key)
-            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, e.name, queue)
+            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, e.name,
+                            queue, e)
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
@@ -471,9 +535,9 @@ class MappingTable:
                 if self.info & _I_EXISTS:
                     self.say_found(p, n, e)
                 if t & _TO:
-                    self._copy_to(p, tgt, n, e.name, queue)
+                    self._copy_to(p, tgt, n, e.name, queue, e)
                 if t & _FROM:
-                    self._copy_from(p, tgt, n, e.name, queue)
+                    self._copy_from(p, tgt, n, e.name, queue, e)
                 if queue is not None and hold is None:
                     self.plugin.synchronize(self.device, queue)
             except BaseException:

@@ -192,19 +192,28 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
           busy: list | None = None) -> list[MapItem]:
     """target_data_begin for the list (with `busy`, an empty list: its entries marked in
     use, see MappingTable.target_data_begin); each mapped component's device address in
-    its `tgt`, PTR_AND_OBJ pointers attached, RETURN_PARAM device addresses written back
-    into `bases`. Returns the items mapped, for `end`."""
+    its `tgt`; PTR_AND_OBJ pointers attached right after their pointee is mapped, as
+    LLVM 19 does; RETURN_PARAM device addresses written back into `bases`. Returns the
+    items mapped, for `end`."""
     table = dev.table
     mapped = [a for a in args if _mapped(a)]
     items = [a.item() for a in mapped]
-    for a, tgt in zip(mapped, table.target_data_begin(items, None, busy), strict=True):
+    attach = any(a.type & _PTR_AND_OBJ and a.size > 0 for a in mapped)
+
+    def around(i: int, tgt: int | None) -> None:
+        a = mapped[i]
+        if a.type & _PTR_AND_OBJ and a.size > 0:
+            if tgt is None:
+                _pointer_found(dev, a)
+            else:
+                _attach(dev, a, tgt)
+    for a, tgt in zip(mapped, table.target_data_begin(items, None, busy,
+                                                      around if attach else None),
+                      strict=True):
         a.tgt = tgt
     try:
         for a in args:
-            t = a.type
-            if t & _PTR_AND_OBJ and a.size > 0:
-                _attach(dev, a)
-            if t & _RETURN_PARAM and bases is not None and a.slot >= 0:
+            if a.type & _RETURN_PARAM and bases is not None and a.slot >= 0:
                 e = table.lookup(a.begin, max(a.size, 1))
                 if e is not None:
                     tgt = e.tgt_begin + (a.begin - e.hst_begin)
@@ -221,15 +230,11 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
 def end(dev: Device, args: list[Arg], items: list[MapItem] | None = None,
         own: Any = ()) -> None:
     """target_data_end for the list (`items`: what `begin` mapped, else made again; `own`:
-    the caller's busy marks); host pointers the device copy overwrote restored."""
+    the caller's busy marks); host pointers the copies back bring along keep their host
+    values (the mapping's shadow pointers)."""
     if items is None:
         items = [a.item() for a in args if _mapped(a)]
-    shadows = _shadows(args)
-    try:
-        dev.table.target_data_end(items, own=own)
-    finally:
-        if shadows:
-            _restore(shadows)
+    dev.table.target_data_end(items, own=own)
 
 
 def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
@@ -238,45 +243,31 @@ def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
     strided: list[Arg] = []
     for a in args:
         (strided if a.type & NON_CONTIG else plain).append(a)
-    shadows = _shadows(plain)
-    try:
-        dev.table.target_data_update([a.item() for a in plain if _mapped(a)])
-    finally:
-        _restore(shadows)
+    dev.table.target_data_update([a.item() for a in plain if _mapped(a)])
     for a in strided:
         _update_non_contig(dev, a)
 
 
 # ---- PTR_AND_OBJ: the device copy of a pointer points at the device copy of its target --
-def _attach(dev: Device, a: Arg) -> None:
-    """Write into the device copy of the pointer at `a.base` (when that pointer is
-    mapped: a struct member, a declare target link) the device address of its pointee."""
-    table = dev.table
-    pe = table.lookup(a.base, 8)
-    oe = table.lookup(a.begin, a.size)
-    if pe is None or oe is None:
-        return
+def _pointer_found(dev: Device, a: Arg) -> None:
+    """LLVM 19 looks the pointer itself up before its pointee: its MAPPING_EXISTS line."""
+    if dev.table.info & _INFO_EXISTS:
+        dev.table.say_pointer(a.base, bool(a.type & _IMPLICIT),
+                              bool(a.type & MEMBER_OF_MASK))
+
+
+def _attach(dev: Device, a: Arg, tgt: int) -> None:
+    """Make the device copy of the pointer at `a.base` (when a mapping holds that pointer:
+    a struct member, a declare target link) point at the device copy of its target, whose
+    first mapped byte `a.begin` is at `tgt` on the device."""
     host_value = ctypes.c_uint64.from_address(a.base).value
-    _write_pointer(dev, pe.tgt_begin + (a.base - pe.hst_begin),
-                   oe.tgt_begin + (a.begin - oe.hst_begin) - (a.begin - host_value))
+    dev.table.attach(a.base, host_value, tgt - (a.begin - host_value))
 
 
 def _write_pointer(dev: Device, where: int, value: int) -> None:
     """Store the 8-byte `value` at device address `where`."""
     buf = np.array([value], dtype=np.uint64)
     dev.submit(where, buf.ctypes.data, 8)
-
-
-def _shadows(args: list[Arg]) -> list[tuple[int, int]]:
-    """(address, value) of the host pointers a copy back may overwrite with device
-    addresses (PTR_AND_OBJ bases inside mapped data)."""
-    return [(a.base, ctypes.c_uint64.from_address(a.base).value)
-            for a in args if a.type & _PTR_AND_OBJ and a.base]
-
-
-def _restore(shadows: list[tuple[int, int]]) -> None:
-    for where, value in shadows:
-        ctypes.c_uint64.from_address(where).value = value
 
 
 def _update_non_contig(dev: Device, a: Arg) -> None:
