@@ -15,6 +15,7 @@ import numpy as np
 
 from ..clauses import MapItem, MapType
 from ..device import Device
+from ..entries import INF
 from ..errors import ErrorCode, OffloadError
 from .abi import MEMBER_OF_MASK, NON_CONTIG
 from .images import _T_UINTPTR, _cast, addr, ffi
@@ -24,6 +25,7 @@ _PTR_AND_OBJ, _TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x4
 _IMPLICIT = 0x200
 _INFO_EXISTS = 0x2                         # LIBOMPTARGET_INFO: MAPPING_EXISTS
 _MEMBER = int(MapType.MEMBER)
+_POINTER, _POINTER_IMPLICIT = MapType.NONE, MapType.IMPLICIT    # an attached pointer's own map
 _KEEP = 0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x1000 | 0x2000     # what the table acts on
 
 
@@ -199,17 +201,21 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
     mapped = [a for a in args if _mapped(a)]
     items = [a.item() for a in mapped]
     attach = any(a.type & _PTR_AND_OBJ and a.size > 0 for a in mapped)
+    held: list[Arg] = []
 
     def around(i: int, tgt: int | None) -> None:
         a = mapped[i]
         if a.type & _PTR_AND_OBJ and a.size > 0:
             if tgt is None:
-                _pointer_found(dev, a)
+                _pointer_found(dev, a, held)
             else:
                 _attach(dev, a, tgt)
-    for a, tgt in zip(mapped, table.target_data_begin(items, None, busy,
-                                                      around if attach else None),
-                      strict=True):
+    try:
+        tgts = table.target_data_begin(items, None, busy, around if attach else None)
+    except BaseException:
+        _release_pointers(dev, held)
+        raise
+    for a, tgt in zip(mapped, tgts, strict=True):
         a.tgt = tgt
     try:
         for a in args:
@@ -220,6 +226,7 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
                     bases[a.slot] = ffi.cast("void *", tgt - (a.begin - a.base))
     except BaseException:
         table.target_data_end(items, copy_back=False, own=busy or ())
+        _release_pointers(dev, held)
         if busy:
             table.release_busy(busy)
             busy.clear()
@@ -234,7 +241,10 @@ def end(dev: Device, args: list[Arg], items: list[MapItem] | None = None,
     values (the mapping's shadow pointers)."""
     if items is None:
         items = [a.item() for a in args if _mapped(a)]
-    dev.table.target_data_end(items, own=own)
+    try:
+        dev.table.target_data_end(items, own=own)
+    finally:
+        _release_pointers(dev, [a for a in args if _holds_pointer(a)])
 
 
 def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
@@ -249,11 +259,34 @@ def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
 
 
 # ---- PTR_AND_OBJ: the device copy of a pointer points at the device copy of its target --
-def _pointer_found(dev: Device, a: Arg) -> None:
-    """LLVM 19 looks the pointer itself up before its pointee: its MAPPING_EXISTS line."""
-    if dev.table.info & _INFO_EXISTS:
-        dev.table.say_pointer(a.base, bool(a.type & _IMPLICIT),
-                              bool(a.type & MEMBER_OF_MASK))
+def _holds_pointer(a: Arg) -> bool:
+    """Whether the construct maps the pointer of this PTR_AND_OBJ component itself: a
+    pointer outside any struct (a struct's member pointer lives in the struct's mapping)."""
+    return bool(a.type & _PTR_AND_OBJ) and a.size > 0 and not a.type & MEMBER_OF_MASK
+
+
+def _pointer_found(dev: Device, a: Arg, held: list[Arg]) -> None:
+    """Before its pointee, LLVM 19 maps the pointer itself: a pointer outside any struct
+    gets a mapping of its 8 bytes (made, or counted once more; nothing copied), which the
+    end of the construct gives back (LLVM 19 keeps it for good); a struct's member pointer
+    is only looked up."""
+    table = dev.table
+    if _holds_pointer(a):
+        table.target_data_begin([MapItem(a.base, 8, _POINTER_IMPLICIT if a.type & _IMPLICIT
+                                         else _POINTER)])
+        held.append(a)
+    elif table.info & _INFO_EXISTS:
+        table.say_pointer(a.base, bool(a.type & _IMPLICIT), True)
+
+
+def _release_pointers(dev: Device, args: list[Arg]) -> None:
+    """Give back the pointer mappings `_pointer_found` took (those of declare target
+    variables are permanent: nothing to give back)."""
+    table = dev.table
+    for a in args:
+        e = table.lookup(a.base, 8)
+        if e is not None and e.dyn != INF:
+            table.target_data_end([MapItem(a.base, 8, _POINTER)], copy_back=False)
 
 
 def _attach(dev: Device, a: Arg, tgt: int) -> None:
@@ -296,6 +329,12 @@ def _update_non_contig(dev: Device, a: Arg) -> None:
             dev.retrieve(host, tgt, run)
 
 
+def _base(a: Arg) -> int:
+    """The base address a kernel argument is offset from: of a PTR_AND_OBJ component,
+    the value of its pointer (LLVM's processDataBefore)."""
+    return a.base if not a.type & _PTR_AND_OBJ else ctypes.c_uint64.from_address(a.base).value
+
+
 def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
     """The kernel's arguments (TARGET_PARAM components, in order): a literal's value, a
     mapped pointer's device address (TgtPtrBegin + (base - begin)), an unmapped
@@ -321,7 +360,7 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
             elif a.tgt is not None and a.size:  # mapped by the region: its address
                 if table.info & _INFO_EXISTS:
                     table.say_found(a.begin, a.size)
-                out.append(a.tgt - (a.begin - a.base))
+                out.append(a.tgt - (a.begin - _base(a)))
             else:
                 if table.info & _INFO_EXISTS:
                     table.say_found(a.begin, a.size)
@@ -334,7 +373,7 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
                                            f" is not mapped")
                     out.append(a.base)              # an unmapped pointer: its host value
                     continue
-                out.append(e.tgt_begin + (a.begin - e.hst_begin) - (a.begin - a.base))
+                out.append(e.tgt_begin + (a.begin - e.hst_begin) - (a.begin - _base(a)))
         _lambda_captures(dev, args, copies)
     except BaseException:
         for p in private:
