@@ -11,13 +11,14 @@ INF = math.inf
 class HostDataToTarget:
     """One mapping: host range -> device range, with dynamic and hold counts."""
 
-    __slots__ = ("hst_begin", "hst_end", "tgt_begin", "dyn", "hold", "owner", "name",
+    __slots__ = ("hst_begin", "hst_end", "hst_base", "tgt_begin", "dyn", "hold", "owner", "name",
                  "pinned", "owned", "ready", "failed", "where", "busy", "views", "shadows")
 
     def __init__(self, hst: int, size: int, tgt: int, name: str | None, owner: Any,
                  owned: bool = True):
         self.hst_begin = hst
         self.hst_end = hst + size
+        self.hst_base = hst              # HstPtrBase: the array a section was taken from
         self.tgt_begin = tgt
         self.dyn: float = 0
         self.hold: float = 0

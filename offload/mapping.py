@@ -78,7 +78,7 @@ class MappingTable:
         """LLVM's MAPPING_EXISTS line for a lookup that leaves the counts alone (a kernel
         argument, an update): the entry holding [p, p+n), when there is one."""
         if e is None:
-            e = self.lookup(p, max(n, 1))
+            e = self.lookup(p, n)
             if e is None:
                 return
         self._say(f"Mapping exists with HstPtrBegin=0x{p:016x}, TgtPtrBegin="
@@ -86,12 +86,23 @@ class MappingTable:
                   f"{_counts(e, ' (update suppressed)', False)}")
 
     def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
-        """(entry overlapping [p, p+n) or containing p, whether it contains the range)."""
+        """(entry overlapping [p, p+n) or containing p, whether it contains the range).
+        A zero-length range follows LLVM's lookupMapping: it is also held by the entry
+        before it whose base lies past it, or by the next entry whose base it reaches
+        (a pointer to a section's base is translated)."""
         e = self._by_start.get(p)
         if e is not None:
             return e, p + n <= e.hst_end
         starts = self._starts
         i = bisect.bisect_right(starts, p) - 1
+        if n == 0:
+            if i >= 0:
+                e = self._entries[i]
+                if p < e.hst_end or p < e.hst_base:
+                    return e, True
+            if i + 1 < len(starts) and p >= self._entries[i + 1].hst_base:
+                return self._entries[i + 1], True
+            return None, False
         if i >= 0:
             e = self._entries[i]
             if p < e.hst_end:
@@ -236,6 +247,7 @@ class MappingTable:
                     return 0, None
                 else:
                     e = HostDataToTarget(p, n, 0, it.name, it.owner)
+                    e.hst_base = it.base
                     if t & _HOLD:
                         e.hold = 1
                     else:

@@ -389,7 +389,7 @@ def omp_get_mapped_ptr(ptr: Any, device_num: int) -> int:
         return 0
     if dev is None:
         return p
-    e = dev.table.lookup(p, 0)
+    e = dev.table.lookup(p, 1)          # one byte, as LLVM 19 looks it up
     if e is not None and dev.table.info & _INFO_EXISTS:
         dev.table.say_found(p, 1, e)        # as LLVM's lookup of one byte reports it
     return 0 if e is None else e.tgt_begin + (p - e.hst_begin)
@@ -407,7 +407,7 @@ def omp_target_is_present(ptr: Any, device_num: int) -> int:
         return 1
     if p == 0:
         return 0
-    e = dev.table.lookup(p, 0)
+    e = dev.table.lookup(p, 1)          # one byte, as LLVM 19 looks it up
     if e is not None and dev.table.info & _INFO_EXISTS:
         dev.table.say_found(p, 1, e)
     return int(e is not None)

@@ -220,7 +220,7 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
     try:
         for a in args:
             if a.type & _RETURN_PARAM and bases is not None and a.slot >= 0:
-                e = table.lookup(a.begin, max(a.size, 1))
+                e = table.lookup(a.begin, a.size)      # zero-length: LLVM's base rule
                 if e is not None:
                     tgt = e.tgt_begin + (a.begin - e.hst_begin)
                     bases[a.slot] = ffi.cast("void *", tgt - (a.begin - a.base))
@@ -364,8 +364,7 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
             else:
                 if table.info & _INFO_EXISTS:
                     table.say_found(a.begin, a.size)
-                e = table.lookup(a.begin, max(a.size, 1)) if a.size else \
-                    table.overlapping(a.begin, 1)
+                e = table.lookup(a.begin, a.size)
                 if e is None:
                     if a.size:
                         raise OffloadError(ErrorCode.NOT_FOUND,
