@@ -365,6 +365,8 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
                 if table.info & _INFO_EXISTS:
                     table.say_found(a.begin, a.size)
                 e = table.lookup(a.begin, a.size)
+                if e is None and a.size:       # partly mapped (a mapper's components):
+                    e = table.overlapping(a.begin, a.size)   # LLVM takes what overlaps
                 if e is None:
                     if a.size:
                         raise OffloadError(ErrorCode.NOT_FOUND,
