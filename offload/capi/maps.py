@@ -244,7 +244,7 @@ def end(dev: Device, args: list[Arg], items: list[MapItem] | None = None,
     try:
         dev.table.target_data_end(items, own=own)
     finally:
-        _release_pointers(dev, [a for a in args if _holds_pointer(a)])
+        _release_pointers(dev, [a for a in args if _mapped(a) and _holds_pointer(a)])
 
 
 def update(dev: Device, args: list[Arg], n_dims: Any = None) -> None:
