@@ -14,9 +14,7 @@ Usage: python bench/overhead_gpu.py
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -24,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OFFLOAD_PLUGINS", "cuda")
 
 import offload  # noqa: E402
+from bench import _util  # noqa: E402
 from bench._util import arguments, machine, plot, table  # noqa: E402
 
 SRC = 'extern "C" __global__ void touch(int *a) { }'
@@ -31,15 +30,10 @@ NOT_READY = 600                                  # CUDA_ERROR_NOT_READY
 
 
 def per_call(fn, n: int) -> float:
+    """Median seconds per call over 5 batches of `n`, after a warm-up."""
     for _ in range(max(3, n // 10)):
         fn()
-    ts = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t) / n)
-    return statistics.median(ts)
+    return _util.per_call(fn, repeat=5, number=n)
 
 
 def main() -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
 from .config import Config
@@ -135,12 +134,6 @@ class Device:
             return False
         self._fallbacks.add(image)
         return True
-
-    def launch(self, kernel: Kernel, args: Sequence[Any], teams: int | None = None,
-               threads: int | None = None, queue: Any = None,
-               binary: Binary | None = None, shared_mem: int = 0) -> None:
-        self.plugin.launch_kernel(self.local_id, binary or self.check_binary(kernel),
-                                  kernel.name, args, teams, threads, queue, shared_mem)
 
     def info(self) -> dict:
         return self.plugin.device_info(self.local_id)

@@ -35,12 +35,6 @@ _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Inf
                                                int(Info.DATA_TRANSFER))
 
 
-def _counts(e: HostDataToTarget, how: str, hold: bool) -> str:
-    """'DynRefCount=..., HoldRefCount=...' with `how` after the count that changed."""
-    return (f"DynRefCount={count_text(e.dyn)}{'' if hold else how}, "
-            f"HoldRefCount={count_text(e.hold)}{how if hold else ''}")
-
-
 class _Construct:
     """What one construct of several clauses has done so far: the entries it created,
     the copies it made, the `from` copies it put off until it drops the last reference."""
@@ -81,9 +75,19 @@ class MappingTable:
             e = self.lookup(p, n)
             if e is None:
                 return
-        self._say(f"Mapping exists with HstPtrBegin=0x{p:016x}, TgtPtrBegin="
-                  f"0x{e.tgt_begin + p - e.hst_begin:016x}, Size={n}, "
-                  f"{_counts(e, ' (update suppressed)', False)}")
+        self._say_exists(p, n, e, " (update suppressed)")
+
+    def _say_exists(self, p: int, n: int, e: HostDataToTarget, how: str, hold: bool = False,
+                    implicit: bool = False, named: bool = False,
+                    name: str | None = None) -> None:
+        """LLVM 19's 'Mapping exists ...' line: `how` after the count that changed (the
+        hold count with `hold`); `named`: the getTargetPointer form, which names the
+        variable."""
+        self._say(f"Mapping exists{' (implicit)' if implicit else ''} with "
+                  f"HstPtrBegin=0x{p:016x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:016x}, "
+                  f"Size={n}, DynRefCount={count_text(e.dyn)}{'' if hold else how}, "
+                  f"HoldRefCount={count_text(e.hold)}{how if hold else ''}"
+                  + (f", Name={name or 'unknown'}" if named else ""))
 
     def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
         """(entry overlapping [p, p+n) or containing p, whether it contains the range).
@@ -276,11 +280,9 @@ class MappingTable:
                     continue
             tgt = e.tgt_begin + (p - e.hst_begin)
             if self.info & _I_EXISTS:
-                how = " (update suppressed)" if t & _MEMBER else " (incremented)"
-                self._say(f"Mapping exists{' (implicit)' if t & _IMPLICIT else ''} with "
-                          f"HstPtrBegin=0x{p:016x}, TgtPtrBegin=0x{tgt:016x}, Size={n}, "
-                          f"{_counts(e, how, bool(t & _HOLD))}, "
-                          f"Name={it.name or 'unknown'}")
+                self._say_exists(p, n, e,
+                                 " (update suppressed)" if t & _MEMBER else " (incremented)",
+                                 bool(t & _HOLD), bool(t & _IMPLICIT), True, it.name)
             # LLVM: copy when the entry is new *for this region* (an earlier clause of the
             # construct made it), or always
             if t & _TO and n > 0 and (t & _ALWAYS or (
@@ -357,11 +359,8 @@ class MappingTable:
         a PTR_AND_OBJ component), when a mapping holds it."""
         e = self.lookup(ptr, 8)
         if e is not None:
-            how = " (update suppressed)" if member else " (incremented)"
-            self._say(f"Mapping exists{' (implicit)' if implicit else ''} with "
-                      f"HstPtrBegin=0x{ptr:016x}, "
-                      f"TgtPtrBegin=0x{e.tgt_begin + ptr - e.hst_begin:016x}, Size=8, "
-                      f"{_counts(e, how, False)}, Name=unknown")
+            self._say_exists(ptr, 8, e, " (update suppressed)" if member else " (incremented)",
+                             implicit=implicit, named=True)
 
     def attach(self, ptr: int, host_value: int, dev_value: int) -> bool:
         """Make the device copy of the host pointer at `ptr` (inside a mapping) hold
@@ -490,9 +489,7 @@ class MappingTable:
                     how = (" (update suppressed)" if t & _MEMBER else " (decremented)"
                            if not last else " (reset, delayed deletion)"
                            if t & _DELETE else " (decremented, delayed deletion)")
-                    self._say(f"Mapping exists with HstPtrBegin=0x{p:016x}, TgtPtrBegin="
-                              f"0x{e.tgt_begin + p - e.hst_begin:016x}, Size={n}, "
-                              f"{_counts(e, how, bool(t & _HOLD))}")
+                    self._say_exists(p, n, e, how, bool(t & _HOLD))
                 if last:
                     self._remove(e)                # nobody new finds it ...
                     dying.append(e)

@@ -181,14 +181,21 @@ def test_compile_openmp_shares_the_python_runtime(runtime):
         m.nope()
 
 
+def run_on_ours(tmp_path, ours, name):
+    """Build tests/capi/`name` (a program LLVM 19 gets wrong, so it runs on offload's
+    runtime alone) and run it there: (exit status, stdout, stderr)."""
+    cxx = name.endswith(".cpp.in")
+    exe = tmp_path / name.split(".")[0]
+    subprocess.run([CLANGXX if cxx else CLANG, *TARGET, "-O1", "-x", "c++" if cxx else "c",
+                    os.path.join(HERE, "capi", name), "-o", str(exe)], check=True,
+                   capture_output=True)
+    return run(str(exe), f"{ours}:{LLVM_LIB}")
+
+
 def test_strided_update_where_llvm_drops_elements(tmp_path, ours):
     """m[3:1][0:2:3] asks for columns 0 and 3 of row 3; LLVM 19 moves column 0 only.
     offload moves both (and nothing else)."""
-    src = os.path.join(HERE, "capi", "strided_beyond_llvm.c.in")
-    exe = tmp_path / "strided"
-    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
-                   capture_output=True)
-    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    rc, out, err = run_on_ours(tmp_path, ours, "strided_beyond_llvm.c.in")
     assert rc == 0, err
     assert out.split() == ["-18", "19", "20", "-21", "22", "23"]
 
@@ -197,11 +204,7 @@ def test_interop_objects_where_llvm_crashes(tmp_path, ours):
     """`#pragma omp interop init(targetsync: obj) device(0)` on a host device: LLVM 19
     segfaults; offload makes an object that names the device (other properties: no value,
     omp_irc_no_value) and destroy resets it to omp_interop_none."""
-    src = os.path.join(HERE, "capi", "interop_beyond_llvm.c.in")
-    exe = tmp_path / "interop"
-    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
-                   capture_output=True)
-    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    rc, out, err = run_on_ours(tmp_path, ours, "interop_beyond_llvm.c.in")
     assert rc == 0, err
     assert out.splitlines() == [
         "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
@@ -212,11 +215,7 @@ def test_alloc_then_to_copies_where_llvm_19_does_not(tmp_path, ours):
     """map(alloc: x) map(from: x) map(to: x) on one region: the entry is new in the
     construct, so `to` copies; target data map(alloc: y) map(tofrom: y) copies y back when
     it drops the last reference (later LLVM's map_ordering tests). LLVM 19 does neither."""
-    src = os.path.join(HERE, "capi", "ordering_beyond_llvm.c.in")
-    exe = tmp_path / "ordering"
-    subprocess.run([CLANG, *TARGET, "-O1", "-x", "c", src, "-o", str(exe)], check=True,
-                   capture_output=True)
-    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    rc, out, err = run_on_ours(tmp_path, ours, "ordering_beyond_llvm.c.in")
     assert rc == 0, err
     assert out.splitlines() == ["region saw x=111", "after: x=1111", "after data: y=223",
                               "after data: w=445"]
@@ -225,11 +224,7 @@ def test_alloc_then_to_copies_where_llvm_19_does_not(tmp_path, ours):
 def test_mapper_on_data_constructs_where_llvm_19_moves_nothing(tmp_path, ours):
     """A declared mapper used by enter/exit data, update and target data moves the pointee
     cells each time (LLVM 19 moves none of them in this program)."""
-    src = os.path.join(HERE, "capi", "mapper_data_beyond_llvm.cpp.in")
-    exe = tmp_path / "mapper_data"
-    subprocess.run([CLANGXX, *TARGET, "-O1", "-x", "c++", src, "-o", str(exe)], check=True,
-                   capture_output=True)
-    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}")
+    rc, out, err = run_on_ours(tmp_path, ours, "mapper_data_beyond_llvm.cpp.in")
     assert rc == 0, err
     assert out.splitlines() == ["after update: 2 18, pointer kept 1", "after exit: -2 -2",
                                 "after data: 55"]

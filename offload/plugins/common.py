@@ -557,9 +557,7 @@ class GenericPlugin(Generic[DeviceT]):
         from their device-accessible address, large unpinned ones through staging.
         Without a queue, returns when the data has arrived."""
         dev = self.device(d)
-        stage = self.staging_threshold
-        if (not self.pinned._starts and (stage is None or size < stage)
-                and (queue is not None or not self.asynchronous)):
+        if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._submit_impl(tgt, host, size, queue, None)   # nothing pinned or staged
             dev.stats["to unpinned"] += size
         else:
@@ -568,13 +566,17 @@ class GenericPlugin(Generic[DeviceT]):
     def data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any = None) -> None:
         """Device -> host, the same way; without a queue, returns when complete."""
         dev = self.device(d)
-        stage = self.staging_threshold
-        if (not self.pinned._starts and (stage is None or size < stage)
-                and (queue is not None or not self.asynchronous)):
+        if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._retrieve_impl(host, tgt, size, queue, None)
             dev.stats["from unpinned"] += size
         else:
             self._transfer(False, dev, tgt, host, size, queue)
+
+    def _direct(self, size: int) -> bool:
+        """Whether a copy of `size` bytes is one plain copy: nothing is pinned (no piece
+        to split off) and it is below the staging threshold."""
+        stage = self.staging_threshold
+        return not self.pinned._starts and (stage is None or size < stage)
 
     def _transfer(self, to_device: bool, dev: DeviceT, tgt: int, host: int, size: int,
                   queue: Any) -> None:
@@ -588,7 +590,7 @@ class GenericPlugin(Generic[DeviceT]):
                      q: Any) -> None:
         stats = dev.stats
         stage = self.staging_threshold
-        if not self.pinned._starts and (stage is None or size < stage):
+        if self._direct(size):
             if to_device:                      # nothing pinned, nothing to stage: one copy
                 dev._submit_impl(tgt, host, size, q, None)
                 stats["to unpinned"] += size
