@@ -98,6 +98,7 @@ class Config:
     cache_dir: str = ""
     cc: str = "cc"
     cuda_library: str = "libcuda.so.1"
+    cuda_fast: bool = True
     nvrtc_library: str = ""
     hsa_library: str = "libhsa-runtime64.so.1"
 
@@ -118,6 +119,7 @@ def read() -> Config:
         or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
         cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",
         cuda_library=env.get("OFFLOAD_CUDA_LIBRARY") or "libcuda.so.1",
+        cuda_fast=bool(_int("OFFLOAD_CUDA_FAST", 1, maximum=1)),
         nvrtc_library=env.get("OFFLOAD_CUDA_NVRTC_LIBRARY", ""),
         hsa_library=env.get("OFFLOAD_AMDGPU_HSA_LIBRARY") or "libhsa-runtime64.so.1",
     )

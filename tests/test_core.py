@@ -332,16 +332,17 @@ def test_cuda_argument_buffers_pack_only_what_fits_unsigned():
     count, a parameter wider than 8 bytes) is left to the general packing (no GPU needed)."""
     from offload.plugins.cuda import _ArgBuffers, _ffi
     bufs = _ArgBuffers([8, 4, 8])
-    packed = bufs.pack([2**64 - 1, 7, 5])
-    assert packed == (2**64 - 1).to_bytes(8, "little") + (7).to_bytes(8, "little") + \
-        (5).to_bytes(8, "little")
-    buf, params = bufs.make()
-    _ffi.memmove(buf, packed, len(packed))
+    held = bufs.fill([2**64 - 1, 7, 5])
+    buf, params, _ = held
     assert [buf[i] for i in range(3)] == [2**64 - 1, 7, 5]
     assert int(_ffi.cast("uintptr_t", params[2])) - int(_ffi.cast("uintptr_t", buf)) == 16
+    bufs.free.append(held)
+    assert bufs.fill([1, 2, 3]) is held                  # the buffer is reused
+    bufs.free.append(held)
     for bad in ([-1, 2, 3], [1.0, 2, 3], [np.int64(1), 2, 3], [1, 2], [1, 2**32, 3]):
-        assert bufs.pack(bad) is None, bad
-    assert _ArgBuffers([16]).pack([1]) is None and _ArgBuffers([]).pack([]) is None
+        assert bufs.fill(bad) is None, bad
+    assert bufs.free == [held]                           # a refused call keeps none
+    assert _ArgBuffers([16]).fill([1]) is None and _ArgBuffers([]).fill([]) is None
 
 
 def test_numpy_scalars_as_kernel_arguments(runtime):

@@ -90,6 +90,12 @@ class GenericDevice:
         """Find kernel `name` in a loaded program (raise NOT_FOUND when absent)."""
         raise NotImplementedError
 
+    def _copy_now_impl(self, to_device: bool, tgt: int, host: int, size: int) -> bool:
+        """Copy pinned host memory to (or from) the device and wait for it, on a queue of
+        the device's own, in one step; False, with nothing done, where the device has no
+        such path (the caller then borrows a queue)."""
+        return False
+
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any],
                      teams: int | None, threads: int | None, queue: Any,
                      shared_mem: int = 0) -> None:
@@ -581,6 +587,13 @@ class GenericPlugin(Generic[DeviceT]):
     def _transfer(self, to_device: bool, dev: DeviceT, tgt: int, host: int, size: int,
                   queue: Any) -> None:
         if queue is None and self.asynchronous:
+            pieces = self.pinned.translate(host, size, dev.id)
+            grid = self.pin_split
+            if len(pieces) == 1 and pieces[0][2] is not None and \
+                    not (grid and host // grid != (host + size - 1) // grid) and \
+                    dev._copy_now_impl(to_device, tgt, host, size):
+                dev.stats[_STAT_KEYS[to_device, False]] += size   # pinned, in one step
+                return
             with dev.queue() as q:             # ours: synchronized before we return
                 self._transfer_on(dev, to_device, tgt, host, size, q)
         else:

@@ -22,6 +22,7 @@ from . import _cuda_driver as C
 from . import _cuda_openmp
 from ._cuda_driver import ATTRIBUTES, Driver, ffi
 from ._cuda_driver import ptr as _ptr
+from ._cuda_fast import Fast, fast_calls
 from ._cuda_memory import register, registration, unregister
 from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, Interrupts
@@ -73,24 +74,32 @@ class _ArgBuffers:
         slots = bool(sizes) and all(sz in _UNSIGNED for sz in sizes)
         self.struct = struct.Struct("<" + "".join(
             _UNSIGNED[sz] + (f"{8 - sz}x" if sz < 8 else "") for sz in sizes)) if slots else None
-        self.free: list[tuple[Any, Any]] = []
+        self.free: list[tuple[Any, Any, Any]] = []
 
-    def pack(self, args: Sequence[Any]) -> bytes | None:
-        """The slots' bytes when every argument is an int that fits its parameter
-        unsigned; None otherwise (the general packing then handles it, or explains)."""
+    def fill(self, args: Sequence[Any]) -> tuple[Any, Any, Any] | None:
+        """A free buffer holding `args` (take it back with `free.append` once the driver
+        has copied it) when every argument is an int that fits its parameter unsigned;
+        None otherwise (the general packing then handles it, or explains)."""
         if self.struct is None or len(args) != self.count:
             return None
         for a in args:
             if type(a) is not int:
                 return None
         try:
-            return self.struct.pack(*args)
+            held = self.free.pop()
+        except IndexError:
+            held = self.make()
+        try:
+            self.struct.pack_into(held[2], 0, *args)
         except struct.error:                   # negative, or too large: the general path
+            self.free.append(held)
             return None
+        return held
 
-    def make(self) -> tuple[Any, Any]:
+    def make(self) -> tuple[Any, Any, Any]:
+        """(slots, the pointer array naming them, the slots as a writable buffer)."""
         buf = _ffi.new("uint64_t[]", self.count)
-        return buf, _ffi.new("void *[]", [buf + i for i in range(self.count)])
+        return buf, _ffi.new("void *[]", [buf + i for i in range(self.count)]), _ffi.buffer(buf)
 
 
 class CUDADevice(GenericDevice):
@@ -195,6 +204,26 @@ class CUDADevice(GenericDevice):
             return
         self.plugin.drv.check(rc, "cuMemcpyDtoHAsync")
         # to pageable memory the driver returns only once the copy is complete
+
+    def _copy_now_impl(self, to_device: bool, tgt: int, host: int, size: int) -> bool:
+        fast = self.plugin.fast
+        if fast is None:
+            return False
+        drv = self.plugin.drv
+        if drv.dead is not None:
+            drv.alive()
+        q = self.queues.get()
+        if to_device:
+            rc = fast.copy_wait(fast.set_ctx, self.context, fast.h2d, tgt, host, size,
+                                fast.query, q, _SPIN_SECONDS)
+        else:
+            rc = fast.copy_wait(fast.set_ctx, self.context, fast.d2h, host, tgt, size,
+                                fast.query, q, _SPIN_SECONDS)
+        if rc == _NOT_READY:
+            rc = _poll(drv.lib.cuStreamQuery, q)   # interrupted: the queue is not reused
+        self.queues.release(q)
+        drv.check(rc, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
+        return True
 
     def _through_staging(self, to_device: bool, tgt: int, host: int, size: int,
                          queue: Any) -> None:
@@ -414,16 +443,10 @@ class CUDADevice(GenericDevice):
         state = kernel.launch_state
         if state is None:
             state = kernel.launch_state = _ArgBuffers(kernel.params)
-        packed = state.pack(args)
-        if packed is not None:                  # integers and addresses: reused memory
-            try:
-                held = state.free.pop()
-            except IndexError:
-                held = state.make()
-            _ffi.memmove(held[0], packed, len(packed))
+        held = state.fill(args)
+        if held is not None:                    # integers and addresses: reused memory
             params = held[1]
         else:
-            held = None
             params = _ffi.new("void *[]", max(1, len(args)))
             keep = []
             for i, (a, sz) in enumerate(zip(args, kernel.params, strict=False)):
@@ -431,6 +454,21 @@ class CUDADevice(GenericDevice):
                 keep.append(c)
                 params[i] = c
         drv = self.plugin.drv
+        fast = self.plugin.fast
+        if queue is None and fast is not None and shared_mem <= SHARED_DEFAULT:
+            if drv.dead is not None:                     # launch and wait, in one call
+                drv.alive()
+            q = self.queues.get()
+            drv.last_kernel = name
+            rc = fast.launch_wait(fast.set_ctx, self.context, fast.launch, fn, grid, block,
+                                  shared_mem, q, params, fast.query, _SPIN_SECONDS)
+            if held is not None:
+                state.free.append(held)
+            if rc == _NOT_READY:
+                rc = _poll(drv.lib.cuStreamQuery, q)   # interrupted: the queue is not reused
+            self.queues.release(q)
+            drv.check(rc, f"cuLaunchKernel({name}, grid={grid}, block={block})")
+            return
         self.activate()
         if shared_mem > SHARED_DEFAULT:                  # opt in above 48 KiB, as LLVM
             drv.check(drv.lib.cuFuncSetAttribute(
@@ -502,6 +540,8 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
     pin_split = REGISTER_CHUNK
 
     drv: Driver            # set by _init_impl, before any device exists
+    #: synchronous copies and launches in one call (None: no C compiler for the helper)
+    fast: Fast | None = None
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -529,6 +569,8 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         self.drv.check(self.drv.lib.cuDeviceGetCount(n), "cuDeviceGetCount")
         if n[0] == 0:
             self.reason = "the driver reports no CUDA device"
+        elif self.config.cuda_fast:
+            self.fast = fast_calls(_ffi, self.drv.lib)
         return n[0]
 
     def check_binary(self, binary: Binary, dev: CUDADevice | None = None) -> None:

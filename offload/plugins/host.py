@@ -22,7 +22,7 @@ from ..arrays import extent
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
-from ._libc import memmove, memset
+from ._libc import dlopen_bytes, memmove, memset
 from .args import params_from_ctype
 from .common import (
     AllocKind,
@@ -122,52 +122,10 @@ class _PageLocks:
                     self._refs[p] = n
 
 
-def _memfd(data: bytes, name: str) -> int:
-    """An anonymous memory file holding exactly `data`."""
-    fd = os.memfd_create(f"offload-{name}", getattr(os, "MFD_CLOEXEC", 0))
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def dlopen_bytes(ffi: cffi.FFI | None, data: bytes, name: str) -> Any:
-    """dlopen exactly `data`: from an anonymous memory file (memfd), so no file on disk
-    can be swapped between checking the bytes and loading them (and none is left behind).
-    The memfd stays open while the library is loaded: the loader knows libraries by path,
-    and a reused /proc/self/fd/N would name an older one. `ffi` None: the raw dlopen
-    handle (for dlsym), else cffi's library object."""
-    fd = _memfd(data, name)
-    path = f"/proc/self/fd/{fd}"
-    try:
-        if ffi is not None:
-            lib = ffi.dlopen(path)
-        else:
-            lib = _libc.dlopen(path.encode(), _RTLD_NOW)
-            if lib == _ffi.NULL:
-                raise OSError(_ffi.string(_libc.dlerror()).decode(errors="replace"))
-    except OSError as exc:
-        os.close(fd)
-        raise OffloadError(ErrorCode.INVALID_BINARY,
-                           f"the host image does not load: {exc}") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    _LOADED_FDS.append(fd)
-    return lib
-
-
-_RTLD_NOW = 0x2
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
 # (image handle, kernel name, argument count) -> the cffi function to call
 _OMP_KERNELS: dict[tuple[Any, str, int], Any] = {}
 
-
-_LOADED_FDS: list[int] = []     # memfds of loaded images, open for the process's life
 
 
 class _Program:

@@ -27,18 +27,19 @@ class Queues:
         self.synchronous = False
 
     def get(self) -> Any:
-        """A queue for this caller alone until `release`."""
-        with self._lock:
-            if self._free:
-                return self._free.pop()
+        """A queue for this caller alone until `release` (the free list's pop and append
+        are atomic: no lock on the common path)."""
+        try:
+            return self._free.pop()
+        except IndexError:
+            pass
         q = self._hooks._create_queue_impl()
         with self._lock:
             self.made.append(q)
         return q
 
     def release(self, queue: Any) -> None:
-        with self._lock:
-            self._free.append(queue)
+        self._free.append(queue)
 
     def borrow(self, queue: Any | None = None) -> contextlib.AbstractContextManager[Any]:
         """`queue` itself when given; else a queue of our own, synchronized at the end

@@ -1,0 +1,110 @@
+"""The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py),
+driven through stand-in driver functions (cffi callbacks), so it runs without a GPU.
+The GPU suites (test_cuda.py, test_cuda_faults.py) exercise it on the real driver."""
+import cffi
+import numpy as np
+import pytest
+
+from offload.plugins import _cuda_fast
+
+NOT_READY = 600
+ffi = cffi.FFI()
+
+
+@pytest.fixture(scope="module")
+def helper():
+    lib = _cuda_fast.load()
+    if lib is None:
+        pytest.skip("no C compiler to build the helper with")
+    return lib
+
+
+class Driver:
+    """Stand-ins for cuCtxSetCurrent, a cuMemcpy*Async, cuStreamQuery and cuLaunchKernel,
+    recording their calls; the stream completes after `busy_polls` queries."""
+
+    def __init__(self, busy_polls=0, ctx_rc=0, op_rc=0, done_rc=0):
+        self.calls = []
+        self.busy_polls, self.ctx_rc, self.op_rc, self.done_rc = busy_polls, ctx_rc, op_rc, done_rc
+
+        @ffi.callback("int(void *)")
+        def set_ctx(ctx):
+            self.calls.append(("ctx", int(ffi.cast("uintptr_t", ctx))))
+            return self.ctx_rc
+
+        @ffi.callback("int(uintptr_t, uintptr_t, size_t, void *)")
+        def copy(dst, src, size, stream):
+            self.calls.append(("copy", dst, src, size, int(ffi.cast("uintptr_t", stream))))
+            if self.op_rc == 0:
+                ffi.memmove(ffi.cast("void *", dst), ffi.cast("void *", src), size)
+            return self.op_rc
+
+        @ffi.callback("int(void *)")
+        def query(stream):
+            self.calls.append(("query",))
+            if self.busy_polls < 0:
+                return NOT_READY                    # never finishes
+            if self.busy_polls:
+                self.busy_polls -= 1
+                return NOT_READY
+            return self.done_rc
+
+        @ffi.callback("int(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,"
+                      " unsigned, void *, void **, void **)")
+        def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            self.calls.append(("launch", int(ffi.cast("uintptr_t", fn)), gx, gy, gz, bx, by, bz,
+                               shared, int(ffi.cast("uintptr_t", stream)),
+                               ffi.cast("unsigned long long *", params[0])[0],
+                               extra == ffi.NULL))
+            return self.op_rc
+
+        self.fns = {n: ffi.cast("void *", f) for n, f in
+                    (("ctx", set_ctx), ("copy", copy), ("query", query), ("launch", launch))}
+        self._keep = (set_ctx, copy, query, launch)
+
+    def copy_wait(self, helper, dst, src, size, spin=1.0):
+        f = self.fns
+        return helper.offload_copy_wait(f["ctx"], ffi.cast("void *", 0xC7), f["copy"], dst, src,
+                                        size, f["query"], ffi.cast("void *", 0x57), spin)
+
+
+def test_copy_then_wait_until_the_stream_is_done(helper):
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros(64, np.uint8)
+    d = Driver(busy_polls=3)
+    rc = d.copy_wait(helper, dst.ctypes.data, src.ctypes.data, 64)
+    assert rc == 0
+    assert (dst == src).all()
+    assert d.calls[0] == ("ctx", 0xC7)
+    assert d.calls[1] == ("copy", dst.ctypes.data, src.ctypes.data, 64, 0x57)
+    assert d.calls[2:] == [("query",)] * 4               # three not ready, then done
+
+
+def test_a_failing_step_stops_there_and_returns_its_code(helper):
+    d = Driver(ctx_rc=201)                               # CUDA_ERROR_INVALID_CONTEXT
+    assert d.copy_wait(helper, 0, 0, 0) == 201
+    assert [c[0] for c in d.calls] == ["ctx"]
+    d = Driver(op_rc=1)                                  # CUDA_ERROR_INVALID_VALUE
+    assert d.copy_wait(helper, 0, 0, 0) == 1
+    assert [c[0] for c in d.calls] == ["ctx", "copy"]    # no wait after a refused copy
+    d = Driver(done_rc=700)                              # a fault reported by the wait
+    assert d.copy_wait(helper, 0, 0, 0) == 700
+
+
+def test_a_copy_outlasting_the_spin_comes_back_not_ready(helper):
+    d = Driver(busy_polls=-1)
+    assert d.copy_wait(helper, 0, 0, 0, spin=2e-3) == NOT_READY   # the caller polls on
+    assert len(d.calls) > 3
+
+
+def test_launch_passes_the_geometry_and_parameters_then_waits(helper):
+    d = Driver(busy_polls=1)
+    f = d.fns
+    slot = ffi.new("unsigned long long *", 0xABCDEF)
+    params = ffi.new("void *[]", [slot])
+    rc = helper.offload_launch_wait(f["ctx"], ffi.cast("void *", 0xC7), f["launch"],
+                                    ffi.cast("void *", 0xF00), 7, 96, 1024,
+                                    ffi.cast("void *", 0x57), params, f["query"], 1.0)
+    assert rc == 0
+    assert d.calls[1] == ("launch", 0xF00, 7, 1, 1, 96, 1, 1, 1024, 0x57, 0xABCDEF, True)
+    assert d.calls[2:] == [("query",)] * 2
