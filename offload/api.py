@@ -302,8 +302,10 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         motions = _plain_motions(to, from_)
         if motions is not None:                # the common case: arrays, nothing else
             if dev is not None:
-                dev.table.target_data_update(motions)
-                dev.table.dump_if_asked()
+                table = dev.table
+                table.target_data_update(motions)
+                if table.info:
+                    table.dump_if_asked()
             return None
     items = []
     strided: list[tuple[np.ndarray, bool, bool]] = []

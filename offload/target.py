@@ -111,6 +111,9 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                                depend=deps)
     if deps:
         wait_depend(deps)
+    if not map and queue is None and not dev.table.info and \
+            _target_on_present(k, args, dev, teams, threads, shared_mem):
+        return None                      # every array argument mapped already
     _target(k, args, map, dev, teams, threads, shared_mem, queue)
     return None
 

@@ -50,7 +50,7 @@ class GenericDevice:
         self.plugin = plugin
         self.id = local_id
         self._allocs: dict[int, tuple[int, AllocKind]] = {}
-        self._alloc_starts: list[int] = []          # sorted keys of _allocs
+        self._alloc_starts: list[int] | None = []   # sorted keys of _allocs (None: stale)
         self._lock = threading.Lock()
         self._loaded: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], GenericKernel] = {}
@@ -264,7 +264,7 @@ class GenericDevice:
                 addr = self.pool.take(size)
                 if addr is not None:
                     self._allocs[addr] = (size, kind)
-                    bisect.insort(self._alloc_starts, addr)
+                    self._alloc_starts = None
                     return addr
         try:
             addr = self._alloc_impl(size, kind)
@@ -274,7 +274,7 @@ class GenericDevice:
             addr = self._alloc_impl(size, kind)     # the pool gave memory back: again
         with self._lock:
             self._allocs[addr] = (size, kind)
-            bisect.insort(self._alloc_starts, addr)
+            self._alloc_starts = None
         return addr
 
     def free(self, addr: int, kind: AllocKind | None = None) -> int:
@@ -287,7 +287,7 @@ class GenericDevice:
                                    f"0x{addr:x} is not memory allocated{what} on device "
                                    f"{self.id} of plugin {self.plugin.name}")
             del self._allocs[addr]
-            self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
+            self._alloc_starts = None
             size, kind = rec
             poolable = kind is AllocKind.DEVICE and size <= pool.limit
             if poolable and not self._wait_before_reuse and pool.give(addr, size):
@@ -314,10 +314,13 @@ class GenericDevice:
     def containing(self, addr: int) -> tuple[int, int] | None:
         """(start, size) of the live allocation holding `addr`, or None."""
         with self._lock:
-            i = bisect.bisect_right(self._alloc_starts, addr) - 1
+            starts = self._alloc_starts
+            if starts is None:                  # sorted again only when asked
+                starts = self._alloc_starts = sorted(self._allocs)
+            i = bisect.bisect_right(starts, addr) - 1
             if i < 0:
                 return None
-            start = self._alloc_starts[i]
+            start = starts[i]
             size = self._allocs[start][0]
             return (start, size) if addr < start + size else None
 
