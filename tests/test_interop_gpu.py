@@ -102,7 +102,10 @@ def test_foreign_work_on_offloads_stream_orders_before_the_region(k):
     dst = cupy.zeros(n, dtype=cupy.int32)
     slow = cupy.RawKernel(KERNELS, "copy_slow")
     with offload.stream(0) as s:
-        ext = cupy.cuda.ExternalStream(s.handle)
+        # CuPy takes our stream through the CUDA stream protocol (__cuda_stream__);
+        # CuPy before 14 only by its handle
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        ext = from_external(s) if from_external else cupy.cuda.ExternalStream(s.handle)
         with ext:
             slow(((n + 255) // 256,), (256,), (src, dst, np.int64(n)))
         # dst's CAI names CuPy's current stream (the null stream here), which is idle
