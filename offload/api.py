@@ -240,6 +240,12 @@ def target_enter_data(*maps: Any, device: int | None = None,
             full. Every clause already applied is undone first.
     """
     dev = _current().construct_device(device)
+    if len(maps) == 1 and dev is not None and not nowait and not depend:
+        m = maps[0]
+        plain = m.plain() if type(m) is MapClause and not dev.table.info else None
+        if plain is not None:                # the common case, in fewer steps
+            dev.table.begin_plain(*plain)
+            return None
     items = map_items(maps, MapType.TO, "target_enter_data")
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait,
                       depend)
@@ -264,6 +270,12 @@ def target_exit_data(*maps: Any, device: int | None = None,
         OffloadError: INVALID_ARGUMENT for a `present` clause whose data is absent.
     """
     dev = _current().construct_device(device)
+    if len(maps) == 1 and dev is not None and not nowait and not depend:
+        m = maps[0]
+        plain = m.plain() if type(m) is MapClause and not dev.table.info else None
+        if plain is not None:                # the common case, in fewer steps
+            dev.table.end_plain(*plain[:4])
+            return None
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
         t = it.type

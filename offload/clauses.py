@@ -65,6 +65,9 @@ class MapItem:
         return what
 
 
+_NOT_PLAIN = ~0x3                 # any bit but TO and FROM
+
+
 class MapClause:
     """A map clause over a numpy array (or any contiguous buffer); made by `to`,
     `from_`, `tofrom`, `alloc`, `release` and `delete`."""
@@ -87,6 +90,23 @@ class MapClause:
         arr = as_array(arr, "map")
         p, n = span(arr)
         return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
+
+    def plain(self) -> tuple[int, int, int, np.ndarray, bool] | None:
+        """(address, size, type, array, read-only) when the clause has no bits but TO and
+        FROM and maps a non-empty C-contiguous numpy array of a plain dtype (writeable if
+        FROM): what MappingTable.begin_plain/end_plain take. None for anything else."""
+        arr = self.array
+        t = int(self.type)
+        if type(arr) is not np.ndarray or t & _NOT_PLAIN:
+            return None
+        flags = arr.flags
+        n = arr.nbytes
+        if not flags.c_contiguous or not n or arr.dtype.hasobject:
+            return None
+        read_only = not flags.writeable
+        if read_only and t & 0x2:                 # FROM: the general path explains it
+            return None
+        return address_of(arr), n, t, arr, read_only
 
     def __repr__(self) -> str:
         return f"MapClause({self.type!r}, {self.name or type(self.array).__name__})"

@@ -111,11 +111,24 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                                depend=deps)
     if deps:
         wait_depend(deps)
-    if not map and queue is None and not dev.table.info and \
-            _target_on_present(k, args, dev, teams, threads, shared_mem):
-        return None                      # every array argument mapped already
-    _target(k, args, map, dev, teams, threads, shared_mem, queue)
+    if queue is None and _quick(k, args, map, dev, teams, threads, shared_mem):
+        return None
+    _target(k, args, map, dev, teams, threads, shared_mem, queue, quick=False)
     return None
+
+
+def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
+           teams: int | None, threads: int | None, shared_mem: int) -> bool:
+    """The two common regions without a caller's queue, in fewer steps: every array
+    argument mapped already, or one plain clause on a synchronous device. False, with
+    nothing done, for any other region."""
+    if dev.table.info:
+        return False
+    if not maps:
+        return _target_on_present(k, args, dev, teams, threads, shared_mem)
+    return len(maps) == 1 and type(maps[0]) is MapClause and \
+        dev.generic.queues.synchronous and \
+        _target_plain(k, args, maps[0], dev, teams, threads, shared_mem)
 
 
 def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]:
@@ -154,15 +167,16 @@ _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
             teams: int | None, threads: int | None, shared_mem: int = 0,
-            stream_queue: Any = None, on_stream: bool = False) -> list | None:
+            stream_queue: Any = None, on_stream: bool = False,
+            quick: bool = True) -> list | None:
     """The region, launching `k` (`args` checked by check_kernel_call); `on_stream`:
     its work is only queued on `stream_queue`, and the entries it uses stay marked in
     use, returned for `release_busy` once the queue ran (an entry the region unmaps
-    still waits for the queue before it is freed)."""
+    still waits for the queue before it is freed). `quick`: try `_quick` first."""
     table = dev.table
-    if not maps and stream_queue is None and not table.info:
-        if _target_on_present(k, args, dev, teams, threads, shared_mem):
-            return [] if on_stream else None
+    if quick and stream_queue is None and _quick(k, args, maps, dev, teams, threads,
+                                                 shared_mem):
+        return None
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     # each array argument: the clause naming it (its index), else its span, mapped
     # tofrom for the region when nothing covers it
@@ -230,6 +244,31 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
     if table.info:
         table.dump_if_asked()
     return kept if on_stream else None
+
+
+def _target_plain(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Device,
+                  teams: int | None, threads: int | None, shared_mem: int) -> bool:
+    """The region of one plain clause (TO/FROM bits only, over a C-contiguous array that
+    is its only array argument) on a device whose work is synchronous, through the table's
+    begin_plain/end_plain. False, with nothing done, for any other region."""
+    plain = m.plain()
+    if plain is None:
+        return False
+    p, n, t, arr, read_only = plain
+    for a in args:
+        if type(a) is np.ndarray and a is not arr:
+            return False
+    table = dev.table
+    busy: list = []
+    tgt = table.begin_plain(p, n, t, arr, read_only, busy)
+    try:
+        dev.generic.launch(k, [tgt if a is arr else a.item() if isinstance(a, np.generic)
+                               else a for a in args], teams, threads, None, shared_mem)
+    except BaseException:
+        table.end_plain(p, n, t, arr, busy[0], copy_back=False)
+        raise
+    table.end_plain(p, n, t, arr, busy[0])
+    return True
 
 
 def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,

@@ -106,7 +106,13 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
         for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
             say(d.number, line)
     try:
-        if kind == "begin":
+        one = maps.plain(d, args) if kind != "update" else None
+        if one is not None:                      # one array section: in fewer steps
+            if kind == "begin":
+                d.table.begin_plain(one.begin, one.size, one.type & 0x3, None)
+            else:
+                d.table.end_plain(one.begin, one.size, one.type & 0x3, None)
+        elif kind == "begin":
             maps.begin(d, args, bases)
         elif kind == "end":
             maps.end(d, args)

@@ -46,6 +46,17 @@ def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
                                  f"{block} threads in {mode} mode")
 
 
+def _run_with_args(dev: Any, fn: Any, name: str, given: list[maps.Arg], teams: int,
+                   threads: int, tripcount: int) -> None:
+    """The kernel with the arguments its mapped components give; privates freed after."""
+    kargs, private = maps.kernel_args(dev, given)
+    try:
+        _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
+    finally:
+        for p in private:
+            dev.free(p)
+
+
 def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Arg]],
             bases: Any, teams: int = -1, threads: int = -1, tripcount: int = 0) -> int:
     args, given = decoded
@@ -55,15 +66,21 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         return OFFLOAD_SUCCESS
     table = dev.table
     busy: list = []          # the region's entries stay while its kernel runs (as target())
+    one = maps.plain(dev, args)
+    if one is not None:                          # one array section: in fewer steps
+        p, n, t = one.begin, one.size, one.type & 0x3
+        one.tgt = table.begin_plain(p, n, t, None, False, busy)
+        try:
+            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
+        except BaseException:
+            table.end_plain(p, n, t, None, busy[0], copy_back=False)
+            raise
+        table.end_plain(p, n, t, None, busy[0])
+        return OFFLOAD_SUCCESS
     items = maps.begin(dev, args, bases, busy)
     try:
         try:
-            kargs, private = maps.kernel_args(dev, given)
-            try:
-                _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
-            finally:
-                for p in private:
-                    dev.free(p)
+            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
         except BaseException:
             table.target_data_end(items, copy_back=False, own=busy)
             raise

@@ -190,6 +190,18 @@ def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
 
 
 # ---- begin / end / update --------------------------------------------------------------
+def plain(dev: Device, args: list[Arg]) -> Arg | None:
+    """The list's one component when MappingTable.begin_plain/end_plain take it: a
+    non-empty array section from its base, with no bits but TO, FROM and TARGET_PARAM,
+    on a table without INFO; None for anything else."""
+    if len(args) != 1 or dev.table.info:
+        return None
+    a = args[0]
+    if a.type & ~(_TO | _FROM | _TARGET_PARAM) or a.size <= 0 or a.base != a.begin:
+        return None
+    return a
+
+
 def begin(dev: Device, args: list[Arg], bases: Any = None,
           busy: list | None = None) -> list[MapItem]:
     """target_data_begin for the list (with `busy`, an empty list: its entries marked in

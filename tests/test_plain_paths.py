@@ -1,0 +1,126 @@
+"""The table's paths for one plain clause (MappingTable.begin_plain / end_plain, taken by
+target regions, target_enter_data and target_exit_data with one to/from/tofrom/alloc clause
+over a whole array) against the general path: the same counts, copies, errors and waits."""
+import threading
+
+import numpy as np
+import pytest
+
+import offload
+from offload import ErrorCode, OffloadError
+from offload.clauses import MapItem, MapType
+from offload.mapping import MappingTable
+
+SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
+
+
+def _general_only(monkeypatch):
+    """Route begin_plain/end_plain through target_data_begin/target_data_end."""
+    def begin(self, p, n, t, owner, read_only=False, busy=None):
+        return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
+                                      None, busy)[0]
+
+    def end(self, p, n, t, owner, e=None, copy_back=True):
+        try:
+            self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
+                                 () if e is None else (e,))
+        finally:
+            if e is not None:
+                self.release_busy([e])
+    monkeypatch.setattr(MappingTable, "begin_plain", begin)
+    monkeypatch.setattr(MappingTable, "end_plain", end)
+
+
+def _scenario():
+    """Run a fixed sequence of constructs; after each, the table (offsets from a, sizes,
+    counts, busy marks), the array and the device copies, or the error raised."""
+    k = offload.compile_c(SRC)
+    a = np.arange(64, dtype=np.int32)
+    table = offload.runtime.current().device(0).table
+    base = a.ctypes.data
+    steps = [
+        lambda: offload.target_enter_data(offload.to(a), device=0),
+        lambda: offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0),
+        lambda: offload.target_exit_data(offload.from_(a), device=0),      # copies back
+        lambda: offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0),
+        lambda: offload.target(k.inc, a, a.size, map=[offload.to(a)], device=0),
+        lambda: offload.target(k.inc, a, a.size, map=[offload.from_(a)], device=0),
+        lambda: offload.target_enter_data(offload.alloc(a), device=0),
+        lambda: offload.target_enter_data(offload.to(a), device=0),        # present: no copy
+        lambda: offload.target(k.inc, a[:16], 16, map=[offload.tofrom(a[:16])], device=0),
+        lambda: offload.target(k.inc, a[8:16], 8, map=[offload.tofrom(a[8:16])], device=0),
+        lambda: offload.target_exit_data(offload.from_(a), device=0),
+        lambda: offload.target_exit_data(offload.from_(a), device=0),      # last: copies
+        lambda: offload.target_exit_data(offload.from_(a), device=0),      # absent: nothing
+        lambda: offload.target_enter_data(offload.to(a[:16]), device=0),
+        lambda: offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0),  # extends
+        lambda: offload.target_enter_data(offload.tofrom(a), device=0),   # extends
+        lambda: offload.target_exit_data(offload.release(a[:16]), device=0),
+        lambda: offload.target_exit_data(offload.delete(a), device=0),
+    ]
+    trace = []
+    for step in steps:
+        try:
+            step()
+            what = "ok"
+        except OffloadError as exc:
+            what = (exc.code, exc.message.replace(hex(base), "A"))
+        entries = [(e.hst_begin - base, e.size, e.dyn, e.hold, e.busy)
+                   for e in table.entries()]
+        device = [np.frombuffer((np.ctypeslib.as_ctypes_type(np.uint8) * e.size)
+                                .from_address(e.tgt_begin), np.uint8).tobytes()
+                  for e in table.entries()]
+        trace.append((what, entries, a.tolist(), device))
+    return trace
+
+
+def test_plain_paths_match_the_general_path(runtime, monkeypatch):
+    runtime()
+    fast = _scenario()
+    runtime()
+    _general_only(monkeypatch)
+    general = _scenario()
+    assert fast == general
+    assert fast[14][0][0] is ErrorCode.INVALID_ARGUMENT           # the extension refused
+    assert fast[11][2] != fast[10][2]                             # the last exit copied
+
+
+def test_a_failed_copy_into_a_new_mapping_leaves_nothing(runtime, monkeypatch):
+    runtime()
+    a = np.arange(8, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    live = dev.generic.live_allocations()
+    plugin = dev.plugin
+
+    def broken(*args, **kw):
+        raise OffloadError(ErrorCode.BACKEND_FAILURE, "copy failed (test)")
+    monkeypatch.setattr(plugin, "data_submit", broken)
+    with pytest.raises(OffloadError, match="copy failed"):
+        offload.target_enter_data(offload.to(a), device=0)
+    assert len(dev.table) == 0 and dev.generic.live_allocations() == live
+    monkeypatch.undo()
+    offload.target_enter_data(offload.to(a), device=0)                  # works again
+    assert len(dev.table) == 1
+    offload.target_exit_data(offload.release(a), device=0)
+    assert len(dev.table) == 0 and dev.generic.live_allocations() == live
+
+
+def test_the_last_exit_waits_for_work_in_flight_on_the_mapping(runtime):
+    """An operation in flight (its busy mark) keeps the device copy until it ends; the
+    exit that drops the last reference waits for it, then copies back."""
+    runtime()
+    a = np.zeros(16, dtype=np.int32)
+    offload.target_enter_data(offload.to(a), device=0)
+    table = offload.runtime.current().device(0).table
+    e = table.acquire_busy(a.ctypes.data, a.nbytes)               # as a nowait region does
+    np.ctypeslib.as_array((np.ctypeslib.as_ctypes_type(np.int32) * 16)
+                          .from_address(e.tgt_begin))[:] = 7      # its result on the device
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (offload.target_exit_data(offload.from_(a), device=0),
+                                         done.set()))
+    t.start()
+    assert not done.wait(0.3)                                    # waits for the busy mark
+    table.release_busy([e])
+    assert done.wait(10)
+    t.join()
+    assert (a == 7).all() and len(table) == 0
