@@ -361,8 +361,7 @@ class MappingTable:
                 if busy is not None:
                     e.busy = 1
         if e is None:
-            return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
-                                          None, busy)[0]
+            return self.begin_general(p, n, t, owner, read_only, busy)
         plugin = self.plugin
         try:
             e.tgt_begin = tgt = self._dev.alloc(n, AllocKind.DEVICE)
@@ -401,12 +400,7 @@ class MappingTable:
                     if self._waiting:
                         self._idle.notify_all()
         if not fast:
-            try:
-                self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
-                                     () if e is None else (e,))
-            finally:
-                if e is not None:
-                    self.release_busy([e])
+            self.end_general(p, n, t, owner, e, copy_back)
             return
         if last:
             assert f is not None
@@ -415,6 +409,22 @@ class MappingTable:
                     self._copy_from(p, f.tgt_begin, n, f.name, None, f)
             finally:
                 self._release(f)
+
+    def begin_general(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
+                      busy: list[HostDataToTarget] | None = None) -> int:
+        """begin_plain's effect through target_data_begin (its path for anything else)."""
+        return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
+                                      None, busy)[0]
+
+    def end_general(self, p: int, n: int, t: int, owner: Any,
+                    e: HostDataToTarget | None = None, copy_back: bool = True) -> None:
+        """end_plain's effect through target_data_end (its path for anything else)."""
+        try:
+            self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
+                                 () if e is None else (e,))
+        finally:
+            if e is not None:
+                self.release_busy([e])
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
                  e: HostDataToTarget | None = None) -> None:

@@ -8,7 +8,6 @@ import pytest
 
 import offload
 from offload import ErrorCode, OffloadError
-from offload.clauses import MapItem, MapType
 from offload.mapping import MappingTable
 
 SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
@@ -16,19 +15,8 @@ SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
 
 def _general_only(monkeypatch):
     """Route begin_plain/end_plain through target_data_begin/target_data_end."""
-    def begin(self, p, n, t, owner, read_only=False, busy=None):
-        return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
-                                      None, busy)[0]
-
-    def end(self, p, n, t, owner, e=None, copy_back=True):
-        try:
-            self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
-                                 () if e is None else (e,))
-        finally:
-            if e is not None:
-                self.release_busy([e])
-    monkeypatch.setattr(MappingTable, "begin_plain", begin)
-    monkeypatch.setattr(MappingTable, "end_plain", end)
+    monkeypatch.setattr(MappingTable, "begin_plain", MappingTable.begin_general)
+    monkeypatch.setattr(MappingTable, "end_plain", MappingTable.end_general)
 
 
 def _scenario():
