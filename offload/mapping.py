@@ -388,7 +388,8 @@ class MappingTable:
         with self._lock:
             f = self._by_start.get(p)
             fast = (f is not None and (e is None or f is e) and p + n <= f.hst_end
-                    and f.busy == own and 1 <= f.dyn < INF)
+                    and f.busy == own and 1 <= f.dyn < INF
+                    and (f.ready is None or not f.ready.locked()))   # not being made
             if fast:
                 assert f is not None
                 f.dyn -= 1
@@ -556,47 +557,58 @@ class MappingTable:
     def _end_one(self, it: MapItem, queue: Any, c: _Construct | None, copy_back: bool,
                  own: Sequence[HostDataToTarget], dying: list[HostDataToTarget]) -> None:
         p, n, t = it.host, it.size, int(it.type)
-        with self._lock:
-            e = None
-            for dy in dying:                   # usually none: no generator on the hot path
-                if dy.hst_begin <= p and p + n <= dy.hst_end:
-                    e = dy
-                    break
-            released_before = e is not None
-            if e is None:
-                e = self._by_start.get(p)
-                if e is not None:
-                    inside = p + n <= e.hst_end
+        while True:
+            made = None               # an entry another thread is still making
+            with self._lock:
+                e = None
+                for dy in dying:                   # usually none: no generator on the hot path
+                    if dy.hst_begin <= p and p + n <= dy.hst_end:
+                        e = dy
+                        break
+                released_before = e is not None
+                if e is None:
+                    e = self._by_start.get(p)
+                    if e is not None:
+                        inside = p + n <= e.hst_end
+                    else:
+                        e, inside = self._find(p, n)
+                    if e is None or not (inside or t & _IMPLICIT):
+                        if t & _PRESENT:
+                            raise error([present_missing(p, n)], it,
+                                        "it was never mapped, or was unmapped already")
+                        return
+                    ready = e.ready
+                    if ready is not None and ready.locked():
+                        made = ready          # wait for its first copy, then look again
+                    else:
+                        if t & _MEMBER:
+                            pass                           # its struct's mapping counts for it
+                        elif t & _DELETE:
+                            if e.dyn != INF:
+                                e.dyn = 0
+                        elif t & _HOLD:
+                            e.hold = max(0, e.hold - 1)
+                        elif e.dyn != INF:
+                            e.dyn = max(0, e.dyn - 1)
+                        last = e.dyn + e.hold == 0 and not t & _MEMBER
+                        if self.info & _I_EXISTS:           # LLVM's words for what happened
+                            how = (" (update suppressed)" if t & _MEMBER else " (decremented)"
+                                   if not last else " (reset, delayed deletion)"
+                                   if t & _DELETE else
+                                   " (decremented, delayed deletion)")
+                            self._say_exists(p, n, e, how, bool(t & _HOLD))
+                        if last:
+                            self._remove(e)                # nobody new finds it ...
+                            dying.append(e)
+                            if e.busy and e.busy > own.count(e):   # ... work in flight ends
+                                mine = own.count(e)
+                                self._wait_idle(lambda dead=e, mine=mine: dead.busy <= mine)
                 else:
-                    e, inside = self._find(p, n)
-                if e is None or not (inside or t & _IMPLICIT):
-                    if t & _PRESENT:
-                        raise error([present_missing(p, n)], it,
-                                    "it was never mapped, or was unmapped already")
-                    return
-                if t & _MEMBER:
-                    pass                           # its struct's mapping counts for it
-                elif t & _DELETE:
-                    if e.dyn != INF:
-                        e.dyn = 0
-                elif t & _HOLD:
-                    e.hold = max(0, e.hold - 1)
-                elif e.dyn != INF:
-                    e.dyn = max(0, e.dyn - 1)
-                last = e.dyn + e.hold == 0 and not t & _MEMBER
-                if self.info & _I_EXISTS:           # LLVM's words for what happened
-                    how = (" (update suppressed)" if t & _MEMBER else " (decremented)"
-                           if not last else " (reset, delayed deletion)"
-                           if t & _DELETE else " (decremented, delayed deletion)")
-                    self._say_exists(p, n, e, how, bool(t & _HOLD))
-                if last:
-                    self._remove(e)                # nobody new finds it ...
-                    dying.append(e)
-                    if e.busy and e.busy > own.count(e):     # ... work in flight ends
-                        dead, mine = e, own.count(e)
-                        self._wait_idle(lambda: dead.busy <= mine)
-            else:
-                last = False
+                    last = False
+            if made is None:
+                break
+            with made:
+                pass
         if not copy_back or not t & _FROM and c is None:
             return
         if c is None:                          # the only clause: copy now or never

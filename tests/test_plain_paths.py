@@ -112,3 +112,93 @@ def test_the_last_exit_waits_for_work_in_flight_on_the_mapping(runtime):
     assert done.wait(10)
     t.join()
     assert (a == 7).all() and len(table) == 0
+
+
+@pytest.mark.parametrize("host_async", [0, 1])
+def test_threads_sharing_one_array_keep_the_table_consistent(runtime, host_async):
+    """8 threads map, unmap, run regions on and delete the same array at once (every plain
+    path and its fallbacks under contention; with host queues on worker threads, regions
+    take the general path beside plain enters and exits); the counts never go negative,
+    and one delete afterwards leaves no entry and no device allocation."""
+    import os
+    import random
+    import time
+    runtime(OFFLOAD_HOST_ASYNC=host_async)
+    k = offload.compile_c(SRC)
+    a = np.zeros(256, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    live = dev.generic.live_allocations()
+    seconds = min(float(os.environ.get("OFFLOAD_STRESS_SECONDS", "3")), 5.0)
+    errors = []
+    counts = [0] * 8
+
+    def work(i):
+        rng = random.Random(i)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            op = rng.randrange(5)
+            try:
+                if op == 0:
+                    offload.target_enter_data(offload.to(a), device=0)
+                elif op == 1:
+                    offload.target_exit_data(offload.from_(a), device=0)
+                elif op == 2:
+                    offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0)
+                elif op == 3:
+                    with offload.target_data(offload.tofrom(a), device=0):
+                        offload.target(k.inc, a, a.size, map=[offload.to(a)], device=0)
+                elif rng.random() < 0.1:
+                    offload.target_exit_data(offload.delete(a), device=0)
+                for e in dev.table.entries():
+                    if e.dyn < 0 or e.hold < 0 or e.busy < 0:
+                        errors.append(repr(e))
+            except Exception as exc:             # noqa: BLE001 - none expected
+                errors.append(repr(exc))
+            counts[i] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 60)
+    assert not errors, errors[:5]
+    assert sum(counts) > 100
+    offload.target_exit_data(offload.delete(a), device=0)
+    assert len(dev.table) == 0 and dev.generic.live_allocations() == live
+
+
+@pytest.mark.parametrize("enter", ["plain", "general"])
+def test_an_exit_waits_for_a_mapping_another_thread_is_still_making(runtime, monkeypatch,
+                                                                    enter):
+    """A mapping is in the table from before its first copy; an exit that finds it then
+    waits for that copy instead of copying back (and freeing) memory not yet filled."""
+    import ctypes
+    runtime()
+    a = np.arange(64, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    plugin = dev.plugin
+    real = plugin.data_submit
+    go, started = threading.Event(), threading.Event()
+
+    def slow(d, tgt, host, size, queue=None):
+        ctypes.memset(tgt, 0x7F, size)               # what an unfilled copy holds
+        started.set()
+        assert go.wait(10)
+        real(d, tgt, host, size, queue)
+    monkeypatch.setattr(plugin, "data_submit", slow)
+    clause = offload.to(a)
+    maker = threading.Thread(target=lambda: offload.target_enter_data(clause, device=0)
+                             if enter == "plain" else
+                             dev.table.target_data_begin([clause.item()]))
+    maker.start()
+    assert started.wait(10)
+    done = threading.Event()
+    exiting = threading.Thread(target=lambda: (offload.target_exit_data(offload.from_(a),
+                                                                        device=0), done.set()))
+    exiting.start()
+    assert not done.wait(0.3)                        # waits for the first copy
+    go.set()
+    maker.join(10)
+    exiting.join(10)
+    assert done.is_set()
+    assert (a == np.arange(64)).all() and len(dev.table) == 0
