@@ -674,12 +674,28 @@ class MappingTable:
     def acquire_busy(self, p: int, n: int) -> HostDataToTarget | None:
         """The entry containing [p, p+n), marked in use (its device memory stays until
         `release_busy`), or None."""
-        with self._lock:
-            e, inside = self._find(p, n)
-            if e is None or not inside:
-                return None
-            e.busy += 1
-            return e
+        while True:
+            with self._lock:
+                e, inside = self._find(p, n)
+                if e is None or not inside:
+                    return None
+                e.busy += 1
+            if self._made([e]):
+                return e
+            self.release_busy([e])                # it never came to be: look again
+
+    @staticmethod
+    def _made(entries: Sequence[HostDataToTarget]) -> bool:
+        """Wait until no entry of `entries` is still being made by another thread (its
+        device memory allocated and first filled); False when one never came to be."""
+        ok = True
+        for e in entries:
+            made = e.ready
+            if made is not None and made.locked():
+                with made:
+                    pass
+                ok = ok and not e.failed
+        return ok
 
     def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
         """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
@@ -693,13 +709,14 @@ class MappingTable:
                 if e is not None and e not in out:
                     e.busy += 1
                     out.append(e)
+        self._made(out)             # one that failed is not found again (kernel_arg says so)
         return out
 
     def mark_busy_each(self, ranges: Sequence[tuple[int, int]]
                        ) -> list[HostDataToTarget] | None:
         """The entry sharing a byte with each host range, in order, each marked in use
         once per range (see `acquire_busy`); None, with nothing marked, when a range has
-        no entry."""
+        no entry (or one another thread was making never came to be)."""
         out: list[HostDataToTarget] = []
         with self._lock:
             for p, n in ranges:
@@ -714,6 +731,9 @@ class MappingTable:
                         return None
                 e.busy += 1
                 out.append(e)
+        if not self._made(out):                 # one never came to be: the general path
+            self.release_busy(out)
+            return None
         return out
 
     def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:

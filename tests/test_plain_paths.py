@@ -202,3 +202,43 @@ def test_an_exit_waits_for_a_mapping_another_thread_is_still_making(runtime, mon
     exiting.join(10)
     assert done.is_set()
     assert (a == np.arange(64)).all() and len(dev.table) == 0
+
+
+@pytest.mark.parametrize("racer", ["update", "target"])
+def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, monkeypatch,
+                                                                       racer):
+    """An update, or a region on mapped data, that finds a mapping whose device memory
+    another thread has not allocated yet waits for it (it used device address 0)."""
+    runtime()
+    k = offload.compile_c(SRC)
+    a = np.arange(64, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    real = dev.generic.alloc
+    go, started = threading.Event(), threading.Event()
+
+    def slow(size, kind):
+        started.set()
+        assert go.wait(10)
+        return real(size, kind)
+    monkeypatch.setattr(dev.generic, "alloc", slow)
+    maker = threading.Thread(target=lambda: offload.target_enter_data(offload.to(a), device=0))
+    maker.start()
+    assert started.wait(10)
+    monkeypatch.undo()
+    done = threading.Event()
+
+    def race():
+        if racer == "update":
+            offload.target_update(to=[a], device=0)
+        else:
+            offload.target(k.inc, a, a.size, device=0)
+        done.set()
+    racing = threading.Thread(target=race)
+    racing.start()
+    assert not done.wait(0.3)                        # waits for the allocation and copy
+    go.set()
+    maker.join(10)
+    racing.join(10)
+    assert done.is_set()
+    offload.target_exit_data(offload.from_(a), device=0)
+    assert (a == np.arange(64) + (racer == "target")).all() and len(dev.table) == 0
