@@ -117,15 +117,23 @@ class MappingTable:
         return None, False
 
     def lookup(self, p: int, n: int = 1) -> HostDataToTarget | None:
-        """The entry containing [p, p+n), or None."""
-        with self._lock:
-            e, inside = self._find(p, n)
-            return e if inside else None
+        """The entry containing [p, p+n), or None (one another thread is still making:
+        once made)."""
+        while True:
+            with self._lock:
+                e, inside = self._find(p, n)
+            if e is None or not inside:
+                return None
+            if self._made([e]):
+                return e
 
     def overlapping(self, p: int, n: int) -> HostDataToTarget | None:
-        """The first entry sharing a byte with [p, p+n)."""
-        with self._lock:
-            return self._find(p, max(n, 1))[0]
+        """The first entry sharing a byte with [p, p+n) (once made, as `lookup`)."""
+        while True:
+            with self._lock:
+                e = self._find(p, max(n, 1))[0]
+            if e is None or self._made([e]):
+                return e
 
     def _insert(self, e: HostDataToTarget) -> None:
         i = bisect.bisect_left(self._starts, e.hst_begin)

@@ -204,11 +204,12 @@ def test_an_exit_waits_for_a_mapping_another_thread_is_still_making(runtime, mon
     assert (a == np.arange(64)).all() and len(dev.table) == 0
 
 
-@pytest.mark.parametrize("racer", ["update", "target"])
+@pytest.mark.parametrize("racer", ["update", "target", "mapped_ptr"])
 def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, monkeypatch,
                                                                        racer):
-    """An update, or a region on mapped data, that finds a mapping whose device memory
-    another thread has not allocated yet waits for it (it used device address 0)."""
+    """An update, a region on mapped data or omp_get_mapped_ptr that finds a mapping whose
+    device memory another thread has not allocated yet waits for it (they used, or
+    returned, device address 0)."""
     runtime()
     k = offload.compile_c(SRC)
     a = np.arange(64, dtype=np.int32)
@@ -227,11 +228,15 @@ def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, 
     monkeypatch.undo()
     done = threading.Event()
 
+    seen = []
+
     def race():
         if racer == "update":
             offload.target_update(to=[a], device=0)
-        else:
+        elif racer == "target":
             offload.target(k.inc, a, a.size, device=0)
+        else:
+            seen.append(offload.omp_get_mapped_ptr(a, 0))
         done.set()
     racing = threading.Thread(target=race)
     racing.start()
@@ -240,5 +245,7 @@ def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, 
     maker.join(10)
     racing.join(10)
     assert done.is_set()
+    if racer == "mapped_ptr":
+        assert seen == [offload.omp_get_mapped_ptr(a, 0)] and seen[0]
     offload.target_exit_data(offload.from_(a), device=0)
     assert (a == np.arange(64) + (racer == "target")).all() and len(dev.table) == 0
