@@ -51,7 +51,7 @@ class PinnedEntry:
         # release of a reference of the same device and kind (map/unmap cycles do not
         # pile up, and memory is not kept alive after its last named reference goes)
         self.owners: list[tuple[int, Kind, Any]] = []
-        self.pending: threading.Event | None = None
+        self.pending: threading.Lock | None = None   # held while a driver call runs
         self.read_only = read_only
 
     @property
@@ -103,9 +103,16 @@ class PinnedMap:
 
     @staticmethod
     def _settle(e: PinnedEntry) -> None:
-        ev, e.pending = e.pending, None
-        if ev is not None:
-            ev.set()
+        held, e.pending = e.pending, None
+        if held is not None:
+            held.release()                    # whoever waits on it looks again
+
+    @staticmethod
+    def _pending() -> threading.Lock:
+        """A marker for an entry whose driver call runs: held until `_settle`."""
+        held = threading.Lock()
+        held.acquire()
+        return held
 
     # ---- the two operations every other one is built from -----------------
     def acquire(self, driver: PinDriver, p: int, n: int, device: int, *,
@@ -143,7 +150,7 @@ class PinnedMap:
                             if owner is not None:
                                 e.owners.append((device, kind, owner))
                             return e.dev[device] + (p - e.host)
-                        e.pending = threading.Event()           # first use by this device
+                        e.pending = self._pending()           # first use by this device
                         new = False
                         break
                     if ov:
@@ -158,11 +165,12 @@ class PinnedMap:
                     if not create:
                         return None
                     e = PinnedEntry(p, n, kind, read_only)
-                    e.pending = threading.Event()
+                    e.pending = self._pending()
                     self._insert(e)
                     new = True
                     break
-            wait.wait()
+            with wait:                      # until the driver call ends
+                pass
         return self._pin_pending(driver, e, new, p, n, device, owner, kind)
 
     def _pin_pending(self, driver: PinDriver, e: PinnedEntry, new: bool,
@@ -242,9 +250,10 @@ class PinnedMap:
                     # the driver lets go when no other device holds our pin
                     last = e.ours == {device} and e.kind not in (Kind.EXTERNAL,
                                                                  Kind.ALLOC_HOST)
-                    e.pending = threading.Event()
+                    e.pending = self._pending()
                     break
-            wait.wait()
+            with wait:                      # until the driver call ends
+                pass
         try:
             driver.unpin(device, e.host, e.size, last=last)
         except BaseException:

@@ -39,8 +39,8 @@ _ffi.cdef("""
     void *malloc(size_t);
     void free(void *);
     int posix_memalign(void **, size_t, size_t);
-    int mlock(const void *, size_t);
-    int munlock(const void *, size_t);
+    int mlock(uintptr_t, size_t);
+    int munlock(uintptr_t, size_t);
     char *strerror(int);
     void *dlopen(const char *filename, int flags);
     void *dlsym(void *handle, const char *symbol);
@@ -86,7 +86,7 @@ class _PageLocks:
 
     @staticmethod
     def _call(fn, addr: int, size: int) -> None:
-        if size and fn(_ffi.cast("void *", addr), size) != 0:
+        if size and fn(addr, size) != 0:
             err = _ffi.errno
             name = "mlock" if fn is _libc.mlock else "munlock"
             code = ErrorCode.OUT_OF_RESOURCES if name == "mlock" else ErrorCode.BACKEND_FAILURE
@@ -101,7 +101,7 @@ class _PageLocks:
         try:
             self._call(_libc.mlock, lo, hi - lo)   # one call; relocking a page is harmless
         except BaseException:                      # every kind: the counts must go back
-            _libc.munlock(_ffi.cast("void *", lo + PAGE), max(0, hi - lo - 2 * PAGE))
+            _libc.munlock(lo + PAGE, max(0, hi - lo - 2 * PAGE))
             self._drop(edges)
             raise
 
@@ -113,13 +113,19 @@ class _PageLocks:
 
     def _drop(self, pages: list[int]) -> None:
         with self._lock:
+            free = []
             for p in pages:
                 n = self._refs[p] - 1
                 if n == 0:
                     del self._refs[p]
-                    self._call(_libc.munlock, p, PAGE)
+                    free.append(p)
                 else:
                     self._refs[p] = n
+            if len(free) == 2 and free[1] == free[0] + PAGE:
+                self._call(_libc.munlock, free[0], 2 * PAGE)    # adjacent: one call
+            else:
+                for p in free:
+                    self._call(_libc.munlock, p, PAGE)
 
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
