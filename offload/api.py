@@ -220,6 +220,16 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
     return _current().nowait.spawn(run, items, depend=deps)
 
 
+def _plain(maps: Sequence[Any], dev: Device | None, nowait: bool,
+           depend: Sequence[Handle]) -> tuple[int, int, int, np.ndarray, bool] | None:
+    """A data construct's one clause as MappingTable.begin_plain/end_plain take it, when
+    it is plain (MapClause.plain), synchronous and the table has no INFO; else None."""
+    if len(maps) != 1 or dev is None or nowait or depend or dev.table.info:
+        return None
+    m = maps[0]
+    return m.plain() if type(m) is MapClause else None
+
+
 @operation
 def target_enter_data(*maps: Any, device: int | None = None,
                       nowait: bool = False, depend: Sequence[Handle] = ()) -> Handle | None:
@@ -240,12 +250,10 @@ def target_enter_data(*maps: Any, device: int | None = None,
             full. Every clause already applied is undone first.
     """
     dev = _current().construct_device(device)
-    if len(maps) == 1 and dev is not None and not nowait and not depend:
-        m = maps[0]
-        plain = m.plain() if type(m) is MapClause and not dev.table.info else None
-        if plain is not None:                # the common case, in fewer steps
-            dev.table.begin_plain(*plain)
-            return None
+    plain = _plain(maps, dev, nowait, depend)
+    if plain is not None and dev is not None:    # the common case, in fewer steps
+        dev.table.begin_plain(*plain)
+        return None
     items = map_items(maps, MapType.TO, "target_enter_data")
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait,
                       depend)
@@ -270,12 +278,10 @@ def target_exit_data(*maps: Any, device: int | None = None,
         OffloadError: INVALID_ARGUMENT for a `present` clause whose data is absent.
     """
     dev = _current().construct_device(device)
-    if len(maps) == 1 and dev is not None and not nowait and not depend:
-        m = maps[0]
-        plain = m.plain() if type(m) is MapClause and not dev.table.info else None
-        if plain is not None:                # the common case, in fewer steps
-            dev.table.end_plain(*plain[:4])
-            return None
+    plain = _plain(maps, dev, nowait, depend)
+    if plain is not None and dev is not None:    # the common case, in fewer steps
+        dev.table.end_plain(*plain[:4])
+        return None
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
         t = it.type

@@ -111,9 +111,7 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                                depend=deps)
     if deps:
         wait_depend(deps)
-    if queue is None and _quick(k, args, map, dev, teams, threads, shared_mem):
-        return None
-    _target(k, args, map, dev, teams, threads, shared_mem, queue, quick=False)
+    _target(k, args, map, dev, teams, threads, shared_mem, queue)
     return None
 
 
@@ -167,15 +165,13 @@ _IMPLICIT_TOFROM = MapType.TO | MapType.FROM | MapType.IMPLICIT
 
 def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
             teams: int | None, threads: int | None, shared_mem: int = 0,
-            stream_queue: Any = None, on_stream: bool = False,
-            quick: bool = True) -> list | None:
+            stream_queue: Any = None, on_stream: bool = False) -> list | None:
     """The region, launching `k` (`args` checked by check_kernel_call); `on_stream`:
     its work is only queued on `stream_queue`, and the entries it uses stay marked in
     use, returned for `release_busy` once the queue ran (an entry the region unmaps
-    still waits for the queue before it is freed). `quick`: try `_quick` first."""
+    still waits for the queue before it is freed). Tries `_quick` first."""
     table = dev.table
-    if quick and stream_queue is None and _quick(k, args, maps, dev, teams, threads,
-                                                 shared_mem):
+    if stream_queue is None and _quick(k, args, maps, dev, teams, threads, shared_mem):
         return None
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     # each array argument: the clause naming it (its index), else its span, mapped
@@ -213,11 +209,11 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
                 kargs = []
                 for a, w in zip(args, where, strict=True):
                     if w is None:                          # a scalar, by value
-                        kargs.append(a.item() if isinstance(a, np.generic) else a)
+                        kargs.append(_by_value(a))
                     elif w[0] >= 0 and w[2]:               # its clause's device address
                         kargs.append(tgts[w[0]] + (w[1] - items[w[0]].host))
                     else:                                  # mapped by another construct
-                        kargs.append(kernel_arg(table, items, a, (w[1], w[2])))
+                        kargs.append(kernel_arg(table, items, w[1], w[2]))
                 if table.info & _I_EXISTS:         # the arguments' lookups, as LLVM's
                     for w in where:
                         if w is not None:
@@ -262,8 +258,8 @@ def _target_plain(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Devi
     busy: list = []
     tgt = table.begin_plain(p, n, t, arr, read_only, busy)
     try:
-        dev.generic.launch(k, [tgt if a is arr else a.item() if isinstance(a, np.generic)
-                               else a for a in args], teams, threads, None, shared_mem)
+        dev.generic.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams,
+                           threads, None, shared_mem)
     except BaseException:
         table.end_plain(p, n, t, arr, busy[0], copy_back=False)
         raise
@@ -295,10 +291,8 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
                 e = busy[j]
                 kargs.append(e.tgt_begin + (spans[j][0] - e.hst_begin))
                 j += 1
-            elif isinstance(a, np.generic):
-                kargs.append(a.item())
             else:
-                kargs.append(a)
+                kargs.append(_by_value(a))
         dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
         return True
     finally:
@@ -306,26 +300,26 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
             table.release_busy(busy)
 
 
-def kernel_arg(table: MappingTable, items: Sequence[MapItem], a: Any,
-               arg_span: tuple[int, int] | None) -> Any:
-    """Arrays: the device address of a[0], from the clause (else mapping) that holds it."""
-    if arg_span is not None:
-        p, n = arg_span
-        e = None
-        for it in items:
-            if it.size and it.host < p + max(n, 1) and p < it.host + it.size:
-                e = table.lookup(it.host, it.size)
-                break
-        if e is None:
-            e = table.overlapping(p, n)
-        if e is None:
-            raise OffloadError(ErrorCode.NOT_FOUND,
-                               f"kernel argument at 0x{p:x} ({n} bytes) is no longer mapped "
-                               f"(another thread unmapped it); map it in the region's clauses")
-        return e.tgt_begin + (p - e.hst_begin)
-    if isinstance(a, np.generic):
-        return a.item()
-    return a
+def kernel_arg(table: MappingTable, items: Sequence[MapItem], p: int, n: int) -> int:
+    """The device address of the array argument at [p, p+n), from the clause (else
+    mapping) that holds it."""
+    e = None
+    for it in items:
+        if it.size and it.host < p + max(n, 1) and p < it.host + it.size:
+            e = table.lookup(it.host, it.size)
+            break
+    if e is None:
+        e = table.overlapping(p, n)
+    if e is None:
+        raise OffloadError(ErrorCode.NOT_FOUND,
+                           f"kernel argument at 0x{p:x} ({n} bytes) is no longer mapped "
+                           f"(another thread unmapped it); map it in the region's clauses")
+    return e.tgt_begin + (p - e.hst_begin)
+
+
+def _by_value(a: Any) -> Any:
+    """A scalar argument as the kernel takes it (numpy scalars as Python numbers)."""
+    return a.item() if isinstance(a, np.generic) else a
 
 
 def host_binary(kernel: Kernel, plugin: GenericPlugin) -> Binary:
@@ -346,6 +340,5 @@ def run_on_host(kernel: Kernel, args: Sequence[Any], teams: int | None,
     """Run `kernel`'s host binary on the initial device (host fallback)."""
     plugin = _current().manager.initial_plugin()
     binary = host_binary(kernel, plugin)
-    conv = [span(a)[0] if isinstance(a, np.ndarray)
-            else a.item() if isinstance(a, np.generic) else a for a in args]
+    conv = [span(a)[0] if isinstance(a, np.ndarray) else _by_value(a) for a in args]
     plugin.launch_kernel(0, binary, kernel.name, conv, teams, threads)

@@ -587,13 +587,20 @@ class GenericPlugin(Generic[DeviceT]):
         stage = self.staging_threshold
         return not self.pinned._starts and (stage is None or size < stage)
 
+    def _crosses_split(self, host: int, size: int) -> bool:
+        """Whether [host, host+size) spans two cells of the plugin's pin_split grid (one
+        copy may not cross a registration boundary)."""
+        grid = self.pin_split
+        if not grid:
+            return False
+        return host // grid != (host + size - 1) // grid
+
     def _transfer(self, to_device: bool, dev: DeviceT, tgt: int, host: int, size: int,
                   queue: Any) -> None:
         if queue is None and self.asynchronous:
             pieces = self.pinned.translate(host, size, dev.id)
-            grid = self.pin_split
             if len(pieces) == 1 and pieces[0][2] is not None and \
-                    not (grid and host // grid != (host + size - 1) // grid) and \
+                    not self._crosses_split(host, size) and \
                     dev._copy_now_impl(to_device, tgt, host, size):
                 dev.stats[_STAT_KEYS[to_device, False]] += size   # pinned, in one step
                 return
@@ -616,7 +623,7 @@ class GenericPlugin(Generic[DeviceT]):
             return
         pieces = self.pinned.translate(host, size, dev.id)
         grid = self.pin_split
-        if grid and host // grid != (host + size - 1) // grid:
+        if grid and self._crosses_split(host, size):
             pieces = _split_pinned(pieces, host, grid)
         for off, n, via in pieces:
             if via is None and stage is not None and n >= stage:

@@ -209,9 +209,7 @@ class CUDADevice(GenericDevice):
         fast = self.plugin.fast
         if fast is None:
             return False
-        drv = self.plugin.drv
-        if drv.dead is not None:
-            drv.alive()
+        self.plugin.drv.alive()
         q = self.queues.get()
         if to_device:
             rc = fast.copy_wait(fast.set_ctx, self.context, fast.h2d, tgt, host, size,
@@ -219,11 +217,17 @@ class CUDADevice(GenericDevice):
         else:
             rc = fast.copy_wait(fast.set_ctx, self.context, fast.d2h, host, tgt, size,
                                 fast.query, q, _SPIN_SECONDS)
-        if rc == _NOT_READY:
-            rc = _poll(drv.lib.cuStreamQuery, q)   # interrupted: the queue is not reused
-        self.queues.release(q)
-        drv.check(rc, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
+        self._finish_fast(rc, q, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
         return True
+
+    def _finish_fast(self, rc: int, q: Any, what: str) -> None:
+        """After a helper call on our queue `q`: poll on when it outlasted the spin, give
+        the queue back (not when interrupted), raise the driver's error as `what`'s."""
+        drv = self.plugin.drv
+        if rc == _NOT_READY:
+            rc = _poll(drv.lib.cuStreamQuery, q)
+        self.queues.release(q)
+        drv.check(rc, what)
 
     def _through_staging(self, to_device: bool, tgt: int, host: int, size: int,
                          queue: Any) -> None:
@@ -456,18 +460,14 @@ class CUDADevice(GenericDevice):
         drv = self.plugin.drv
         fast = self.plugin.fast
         if queue is None and fast is not None and shared_mem <= SHARED_DEFAULT:
-            if drv.dead is not None:                     # launch and wait, in one call
-                drv.alive()
+            drv.alive()                                  # launch and wait, in one call
             q = self.queues.get()
             drv.last_kernel = name
             rc = fast.launch_wait(fast.set_ctx, self.context, fast.launch, fn, grid, block,
                                   shared_mem, q, params, fast.query, _SPIN_SECONDS)
             if held is not None:
                 state.free.append(held)
-            if rc == _NOT_READY:
-                rc = _poll(drv.lib.cuStreamQuery, q)   # interrupted: the queue is not reused
-            self.queues.release(q)
-            drv.check(rc, f"cuLaunchKernel({name}, grid={grid}, block={block})")
+            self._finish_fast(rc, q, f"cuLaunchKernel({name}, grid={grid}, block={block})")
             return
         self.activate()
         if shared_mem > SHARED_DEFAULT:                  # opt in above 48 KiB, as LLVM
