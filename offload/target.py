@@ -107,12 +107,23 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
         return rt.nowait.watch(dev.generic, queue,
                                functools.partial(dev.table.release_busy, busy or []))
     if nowait:
-        return rt.nowait.spawn(_target, k, args, map, dev, teams, threads, shared_mem, queue,
+        return rt.nowait.spawn(_region, k, args, map, dev, teams, threads, shared_mem, queue,
                                depend=deps)
     if deps:
         wait_depend(deps)
+    if queue is None and _quick(k, args, map, dev, teams, threads, shared_mem):
+        return None
     _target(k, args, map, dev, teams, threads, shared_mem, queue)
     return None
+
+
+def _region(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
+            teams: int | None, threads: int | None, shared_mem: int, queue: Any) -> None:
+    """A nowait region (not queued on a Stream): the quick paths where they apply, else
+    _target."""
+    if queue is None and _quick(k, args, maps, dev, teams, threads, shared_mem):
+        return
+    _target(k, args, maps, dev, teams, threads, shared_mem, queue)
 
 
 def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
@@ -169,10 +180,8 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
     """The region, launching `k` (`args` checked by check_kernel_call); `on_stream`:
     its work is only queued on `stream_queue`, and the entries it uses stay marked in
     use, returned for `release_busy` once the queue ran (an entry the region unmaps
-    still waits for the queue before it is freed). Tries `_quick` first."""
+    still waits for the queue before it is freed)."""
     table = dev.table
-    if stream_queue is None and _quick(k, args, maps, dev, teams, threads, shared_mem):
-        return None
     items = map_items(maps, _TOFROM, "target: map") if maps else []
     # each array argument: the clause naming it (its index), else its span, mapped
     # tofrom for the region when nothing covers it
