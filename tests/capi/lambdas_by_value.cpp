@@ -19,8 +19,11 @@ int main() {
   double sum = 0;
 #pragma omp target firstprivate(b) map(from : aligned, sum)
   {
+    // sum is map(from:): its device copy starts undefined, so add into a local.
+    double s = 0;
     aligned = ((unsigned long)&b % 64) == 0;
-    for (int i = 0; i < 8; i++) sum += b.v[i];
+    for (int i = 0; i < 8; i++) s += b.v[i];
+    sum = s;
   }
   std::printf("aligned %d sum %.0f\n", aligned, sum);
   return 0;
