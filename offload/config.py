@@ -99,6 +99,7 @@ class Config:
     cc: str = "cc"
     cuda_library: str = "libcuda.so.1"
     cuda_fast: bool = True
+    accel: bool = True
     nvrtc_library: str = ""
     hsa_library: str = "libhsa-runtime64.so.1"
 
@@ -120,6 +121,7 @@ def read() -> Config:
         cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",
         cuda_library=env.get("OFFLOAD_CUDA_LIBRARY") or "libcuda.so.1",
         cuda_fast=bool(_int("OFFLOAD_CUDA_FAST", 1, maximum=1)),
+        accel=bool(_int("OFFLOAD_ACCEL", 1, maximum=1)),
         nvrtc_library=env.get("OFFLOAD_CUDA_NVRTC_LIBRARY", ""),
         hsa_library=env.get("OFFLOAD_AMDGPU_HSA_LIBRARY") or "libhsa-runtime64.so.1",
     )

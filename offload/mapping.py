@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _accel
 from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info
 from .diagnostics import caller, dump_table, error, explicit_extension, present_missing, say
@@ -63,6 +64,11 @@ class MappingTable:
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
         self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
+        # on host memory, begin_plain/end_plain in C (the methods below for the rest)
+        fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
+                                 MappingTable.begin_plain, MappingTable.end_plain)
+        if fast is not None:
+            self.begin_plain, self.end_plain = fast       # type: ignore[method-assign]
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
@@ -796,5 +802,7 @@ class MappingTable:
             self._remove(e)
 
     def clear(self) -> None:
-        with self._lock:
-            self._starts, self._entries, self._by_start = [], [], {}
+        with self._lock:                  # in place: the accelerator holds these objects
+            self._starts.clear()
+            self._entries.clear()
+            self._by_start.clear()

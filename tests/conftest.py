@@ -12,7 +12,7 @@ plugin_manager.BUILTIN.setdefault("noimage", "tests.fakes.recording:NoImagePlugi
 
 _ENV = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE", "LIBOMPTARGET_INFO",
         "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", "OFFLOAD_PLUGINS", "OFFLOAD_HOST_NUM_DEVICES",
-        "OFFLOAD_HOST_ASYNC")
+        "OFFLOAD_HOST_ASYNC", "OFFLOAD_ACCEL")
 
 
 def vmlck_kb() -> int:

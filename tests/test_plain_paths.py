@@ -1,22 +1,49 @@
 """The table's paths for one plain clause (MappingTable.begin_plain / end_plain, taken by
 target regions, target_enter_data and target_exit_data with one to/from/tofrom/alloc clause
 over a whole array) against the general path: the same counts, copies, errors and waits."""
+import os
+import shutil
+import sysconfig
 import threading
 
 import numpy as np
 import pytest
 
 import offload
-from offload import ErrorCode, OffloadError
+from offload import ErrorCode, OffloadError, _accel
 from offload.mapping import MappingTable
 
 SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
 
 
 def _general_only(monkeypatch):
-    """Route begin_plain/end_plain through target_data_begin/target_data_end."""
+    """Route begin_plain/end_plain through target_data_begin/target_data_end (tables made
+    after this; OFFLOAD_ACCEL=0 keeps the C versions away)."""
     monkeypatch.setattr(MappingTable, "begin_plain", MappingTable.begin_general)
     monkeypatch.setattr(MappingTable, "end_plain", MappingTable.end_general)
+
+
+def _counting(monkeypatch):
+    """Count the calls that reach the Python begin_plain/end_plain (tables made after
+    this): all of them without the accelerator, its fallbacks with it."""
+    calls = {"begin": 0, "end": 0}
+    begin, end = MappingTable.begin_plain, MappingTable.end_plain
+
+    def counted_begin(*args, **kw):
+        calls["begin"] += 1
+        return begin(*args, **kw)
+
+    def counted_end(*args, **kw):
+        calls["end"] += 1
+        return end(*args, **kw)
+    monkeypatch.setattr(MappingTable, "begin_plain", counted_begin)
+    monkeypatch.setattr(MappingTable, "end_plain", counted_end)
+    return calls
+
+
+def _accelerated() -> bool:
+    """Whether tables on the host run begin_plain/end_plain in C here."""
+    return offload.runtime.current().device(0).table.begin_plain.__class__.__name__ == "Method"
 
 
 def _scenario():
@@ -58,23 +85,105 @@ def _scenario():
         device = [np.frombuffer((np.ctypeslib.as_ctypes_type(np.uint8) * e.size)
                                 .from_address(e.tgt_begin), np.uint8).tobytes()
                   for e in table.entries()]
-        trace.append((what, entries, a.tolist(), device))
+        gen = offload.runtime.current().device(0).generic
+        memory = (dict(gen.stats), gen.live_allocations(), gen.pool.bytes)
+        trace.append((what, entries, a.tolist(), device, memory))
     return trace
 
 
 def test_plain_paths_match_the_general_path(runtime, monkeypatch):
+    """The same trace (tables, copies, arrays, errors, copy statistics, allocations, pool)
+    through the C paths (offload/_accel.c, where it builds), the Python plain paths and
+    the general path."""
     runtime()
-    fast = _scenario()
-    runtime()
+    accelerated = _accelerated()
+    fast = _scenario() + _scenario()           # the second run: the pool has blocks
+    runtime(OFFLOAD_ACCEL=0)
+    assert not _accelerated()
+    plain = _scenario() + _scenario()
+    runtime(OFFLOAD_ACCEL=0)
     _general_only(monkeypatch)
-    general = _scenario()
-    assert fast == general
+    general = _scenario() + _scenario()
+    assert fast == plain == general
     assert fast[14][0][0] is ErrorCode.INVALID_ARGUMENT           # the extension refused
     assert fast[11][2] != fast[10][2]                             # the last exit copied
+    if not accelerated and _accel.load() is not None:
+        pytest.fail("the accelerator loads but the host table does not use it")
+
+
+def test_the_accelerator_takes_the_plain_cases_and_falls_back_for_the_rest(runtime,
+                                                                           monkeypatch):
+    if _accel.load() is None:
+        pytest.skip("the accelerator does not build here (no C compiler or Python headers)")
+    calls = _counting(monkeypatch)
+    runtime(OFFLOAD_ACCEL=0)
+    _scenario()
+    _scenario()
+    python = dict(calls)
+    calls.update(begin=0, end=0)
+    runtime()
+    assert _accelerated()
+    _scenario()
+    _scenario()
+    # the second run finds blocks in the pool: most calls stay in C; the extension,
+    # the overlap and the steps on a section go to Python
+    assert 0 < calls["begin"] < python["begin"] and 0 < calls["end"] < python["end"]
+
+
+def test_the_accelerator_builds_where_a_compiler_and_headers_are(runtime):
+    include = sysconfig.get_paths()["include"]
+    cc = offload.config.read().cc
+    if not os.path.exists(os.path.join(include, "Python.h")) or shutil.which(cc) is None:
+        pytest.skip(f"no Python.h in {include} or no C compiler {cc!r}: the Python paths")
+    runtime()
+    assert _accel.load() is not None and _accelerated()
+
+
+def test_a_table_lock_held_elsewhere_sends_the_call_to_python_which_waits(runtime):
+    runtime()
+    a = np.arange(16, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    offload.target_enter_data(offload.to(a), device=0)       # the pool gets a block
+    offload.target_exit_data(offload.release(a), device=0)
+    done = threading.Event()
+    with dev.table._lock:
+        t = threading.Thread(target=lambda: (offload.target_enter_data(offload.to(a),
+                                                                       device=0), done.set()))
+        t.start()
+        assert not done.wait(0.3)                     # blocked on the lock, not past it
+    t.join(10)
+    assert done.is_set() and len(dev.table) == 1
+    a[:] = 7
+    offload.target_exit_data(offload.from_(a), device=0)
+    assert (a == np.arange(16)).all() and len(dev.table) == 0
+
+
+def test_a_trimmed_pool_and_a_cleared_table_keep_working(runtime):
+    """The accelerator holds the pool's dict and the table's structures: trimming and
+    clearing change them in place."""
+    runtime()
+    k = offload.compile_c(SRC)
+    a = np.arange(32, dtype=np.int32)
+    dev = offload.runtime.current().device(0)
+    gen = dev.generic
+    live = gen.live_allocations()
+    for step in range(6):
+        offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0)
+        if step == 2:
+            gen.trim_pool()
+            assert gen.pool.bytes == 0
+        if step == 4:
+            offload.target_enter_data(offload.to(a), device=0)
+            entry = dev.table.entries()[0]
+            dev.table.clear()                 # as teardown does (the memory is ours now)
+            gen.free(entry.tgt_begin)
+    assert (a == np.arange(32) + 6).all()
+    assert len(dev.table) == 0 and gen.live_allocations() == live
+    assert gen.pool.bytes == sum(size * len(blocks) for size, blocks in gen.pool._free.items())
 
 
 def test_a_failed_copy_into_a_new_mapping_leaves_nothing(runtime, monkeypatch):
-    runtime()
+    runtime(OFFLOAD_ACCEL=0)                 # the plugin's copy (C copies by memcpy)
     a = np.arange(8, dtype=np.int32)
     dev = offload.runtime.current().device(0)
     live = dev.generic.live_allocations()
@@ -173,7 +282,7 @@ def test_an_exit_waits_for_a_mapping_another_thread_is_still_making(runtime, mon
     """A mapping is in the table from before its first copy; an exit that finds it then
     waits for that copy instead of copying back (and freeing) memory not yet filled."""
     import ctypes
-    runtime()
+    runtime(OFFLOAD_ACCEL=0)      # the Python path (in C a mapping is made under the lock)
     a = np.arange(64, dtype=np.int32)
     dev = offload.runtime.current().device(0)
     plugin = dev.plugin
@@ -210,7 +319,7 @@ def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, 
     """An update, a region on mapped data or omp_get_mapped_ptr that finds a mapping whose
     device memory another thread has not allocated yet waits for it (they used, or
     returned, device address 0)."""
-    runtime()
+    runtime(OFFLOAD_ACCEL=0)      # the Python path (in C a mapping is made under the lock)
     k = offload.compile_c(SRC)
     a = np.arange(64, dtype=np.int32)
     dev = offload.runtime.current().device(0)

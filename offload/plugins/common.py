@@ -45,6 +45,9 @@ class GenericDevice:
     """One device of a plugin: allocations, loaded images and kernels, queues, staging."""
 
     plugin: GenericPlugin[Any]
+    #: device memory is host memory and a synchronous copy is a memcpy (the host plugin):
+    #: MappingTable may then run its plain paths in C (offload/_accel.py)
+    host_memory = False
 
     def __init__(self, plugin: GenericPlugin[Any], local_id: int):
         self.plugin = plugin

@@ -150,6 +150,7 @@ class _Program:
 
 class HostDevice(GenericDevice):
     plugin: HostPlugin
+    host_memory = True          # device memory is host memory: a synchronous copy is memcpy
 
     def _init_impl(self) -> None:
         self.queues.synchronous = not self.plugin.config.host_async

@@ -44,5 +44,7 @@ class DevicePool:
 
     def trim(self) -> list[tuple[int, int]]:
         """Empty the pool; the (address, size) blocks to free for real."""
-        free, self._free, self.bytes = self._free, {}, 0
-        return [(a, size) for size, addrs in free.items() for a in addrs]
+        blocks = [(a, size) for size, addrs in self._free.items() for a in addrs]
+        self._free.clear()                # in place: the accelerator holds this dict
+        self.bytes = 0
+        return blocks
