@@ -666,7 +666,74 @@ bad:
   return NULL;
 }
 
+/* plain(clause): MapClause.plain in one call (the buffer protocol gives the address, size,
+ * C-contiguity and writability at once). Set up by plain_setup(ndarray, not_plain). */
+static PyObject *ndarray_type, *plain_py, *s_array, *s_type;
+static long not_plain = -1;
+
+static PyObject *plain_setup(PyObject *mod, PyObject *args) {
+  PyObject *type, *py;
+  long mask;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "O!lO", &PyType_Type, &type, &mask, &py))
+    return NULL;
+  Py_INCREF(type);
+  Py_XSETREF(ndarray_type, type);
+  Py_INCREF(py);
+  Py_XSETREF(plain_py, py);
+  not_plain = mask;
+  Py_RETURN_NONE;
+}
+
+static PyObject *plain(PyObject *mod, PyObject *clause) {
+  (void)mod;
+  if (!ndarray_type) {
+    PyErr_SetString(PyExc_RuntimeError, "offload accelerator: plain_setup not called");
+    return NULL;
+  }
+  PyObject *arr = PyObject_GetAttr(clause, s_array);
+  if (!arr)
+    return NULL;
+  PyObject *result = Py_None, *to = NULL;
+  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || !(to = PyObject_GetAttr(clause, s_type)))
+    goto out;
+  long t = PyLong_AsLong(to);
+  if (t == -1 && PyErr_Occurred())
+    goto out;
+  if (t & not_plain)
+    goto out;
+  Py_buffer v;
+  if (PyObject_GetBuffer(arr, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    PyErr_Clear();                 /* not C-contiguous, or a dtype buffers do not carry */
+    Py_DECREF(arr);
+    Py_DECREF(to);
+    return PyObject_CallOneArg(plain_py, clause);
+  }
+  int objects = v.format && strchr(v.format, 'O') != NULL;   /* (or a field name with O) */
+  Py_ssize_t n = v.len;
+  int ro = v.readonly;
+  uintptr_t p = (uintptr_t)v.buf;
+  PyBuffer_Release(&v);
+  if (objects || n <= 0 || (ro && (t & 2)))
+    goto out;
+  result = Py_BuildValue("(KnlOO)", (unsigned long long)p, n, t, arr, ro ? Py_True : Py_False);
+  Py_DECREF(arr);
+  Py_DECREF(to);
+  return result;
+out:
+  PyErr_Clear();
+  Py_DECREF(arr);
+  Py_XDECREF(to);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"plain_setup", plain_setup, METH_VARARGS,
+     "plain_setup(ndarray, not_plain, python_plain): the array type, the map-type bits plain "
+     "refuses, MapClause.plain for arrays without a C-contiguous buffer."},
+    {"plain", plain, METH_O,
+     "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
+     "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, begin_py, end_py, limit, stage) -> "
      "(begin_plain, end_plain) for one MappingTable."},
@@ -682,7 +749,7 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");
   INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");
   INTERN(s_from_unpinned, "from unpinned"); INTERN(s_locked, "locked");
-  INTERN(s_copy_back, "copy_back");
+  INTERN(s_copy_back, "copy_back"); INTERN(s_array, "array"); INTERN(s_type, "type");
   if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0)
     return NULL;
   return PyModule_Create(&module);

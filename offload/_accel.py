@@ -88,6 +88,17 @@ def load() -> ModuleType | None:
         return _loaded[0]
 
 
+def plain_function(config: _config.Config, ndarray: type, not_plain: int,
+                   python: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
+    """MapClause.plain (`python`) in C, as a function of the clause, or None without the
+    extension or with OFFLOAD_ACCEL=0."""
+    module = load() if config.accel else None
+    if module is None:
+        return None
+    module.plain_setup(ndarray, not_plain, python)
+    return module.plain  # type: ignore[no-any-return]
+
+
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any]
                ) -> tuple[Callable[..., Any], Callable[..., Any]] | None:

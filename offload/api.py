@@ -227,7 +227,7 @@ def _plain(maps: Sequence[Any], dev: Device | None, nowait: bool,
     if len(maps) != 1 or dev is None or nowait or depend or dev.table.info:
         return None
     m = maps[0]
-    return m.plain() if type(m) is MapClause else None
+    return dev.table.plain_of(m) if type(m) is MapClause else None
 
 
 @operation

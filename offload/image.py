@@ -166,6 +166,7 @@ class Image:
                                    f"kernel '{name}' not found in image "
                                    f"(kernels: {', '.join(self.kernels) or 'none'})")
             k = self._kernels[name] = Kernel(self, name)
+        self.__dict__[name] = k          # found without __getattr__ from now on
         return k
 
     def __repr__(self) -> str:

@@ -16,8 +16,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import _accel
-from .clauses import MapClause, MapItem, MapType, map_items
+from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from .config import Info
 from .diagnostics import caller, dump_table, error, explicit_extension, present_missing, say
 from .entries import INF, HostDataToTarget, count_text
@@ -69,6 +71,10 @@ class MappingTable:
                                  MappingTable.begin_plain, MappingTable.end_plain)
         if fast is not None:
             self.begin_plain, self.end_plain = fast       # type: ignore[method-assign]
+        #: MapClause.plain for the constructs on this table (in C with the accelerator)
+        self.plain_of: Callable[[MapClause], Any] = \
+            _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
+            or MapClause.plain
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:

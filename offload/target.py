@@ -256,14 +256,14 @@ def _target_plain(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Devi
     """The region of one plain clause (TO/FROM bits only, over a C-contiguous array that
     is its only array argument) on a device whose work is synchronous, through the table's
     begin_plain/end_plain. False, with nothing done, for any other region."""
-    plain = m.plain()
+    table = dev.table
+    plain = table.plain_of(m)
     if plain is None:
         return False
     p, n, t, arr, read_only = plain
     for a in args:
         if type(a) is np.ndarray and a is not arr:
             return False
-    table = dev.table
     busy: list = []
     tgt = table.begin_plain(p, n, t, arr, read_only, busy)
     try:

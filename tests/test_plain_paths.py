@@ -358,3 +358,35 @@ def test_work_on_a_mapping_another_thread_is_still_making_waits_for_it(runtime, 
         assert seen == [offload.omp_get_mapped_ptr(a, 0)] and seen[0]
     offload.target_exit_data(offload.from_(a), device=0)
     assert (a == np.arange(64) + (racer == "target")).all() and len(dev.table) == 0
+
+
+def test_plain_in_c_answers_as_mapclause_plain(runtime):
+    """The table's plain_of (MapClause.plain in C with the accelerator) over arrays of every
+    layout and dtype kind and clauses of every type."""
+    from offload.clauses import MapClause, MapType
+    runtime()
+    plain_of = offload.runtime.current().device(0).table.plain_of
+    read_only = np.zeros(5)
+    read_only.flags.writeable = False
+
+    class Sub(np.ndarray):
+        pass
+    arrays = [np.zeros(10), np.zeros(10)[::2], np.zeros(0), np.array([1, None]),
+              np.zeros(4, dtype="M8[s]"), np.zeros((3, 4)).T, np.zeros((2, 3, 4))[:, 1],
+              np.zeros((2, 3, 4))[1], np.zeros(3, dtype=[("a", "i4"), ("b", "f8")]),
+              np.zeros(3, dtype=[("a", "i4"), ("b", "O")]), read_only,
+              np.zeros(4).view(Sub), np.zeros(3, np.complex64), np.zeros(5, bool),
+              np.zeros(2, "U3"), np.zeros(2, np.float16)]
+    types = [MapType.TO, MapType.FROM, MapType.TO | MapType.FROM, MapType(0),
+             MapType.DELETE, MapType.TO | MapType.ALWAYS, MapType.FROM | MapType.PRESENT]
+    plain = 0
+    for arr in arrays:
+        for t in types:
+            clause = MapClause(arr, t)
+            got, want = plain_of(clause), MapClause.plain(clause)
+            assert (got is None) == (want is None), (arr.dtype, t)
+            if want is not None:
+                plain += 1
+                assert got[:3] == want[:3] and type(got[2]) is int
+                assert got[3] is want[3] and got[4] is want[4]
+    assert plain >= 30
