@@ -7,9 +7,11 @@
  * plain one (an overlap, an entry being made or in use by others, a waiter, pinned
  * memory, a pool without a block of the size, a lock held by another thread), it calls
  * the Python method instead, having changed nothing. Locks are the table's and the
- * device's own threading locks, taken without blocking; copies are memcpy under them,
- * for sizes up to `limit` bytes (larger ones go through Python, which copies outside
- * the table lock). */
+ * device's own threading locks, taken without blocking. Copies up to `limit` bytes are a
+ * memcpy under the table lock; larger ones run as the Python methods run them, outside
+ * it and without the GIL: a new mapping is in the table with its `ready` lock held until
+ * its first copy is done, and a mapping's last copy back runs after it left the table
+ * (then MappingTable._release frees it). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -24,9 +26,9 @@ static const char *slot_names[NSLOTS] = {
     "owned", "ready", "failed", "where", "busy", "views", "shadows"};
 
 /* Objects the table and device keep for their lifetime (they change them in place). */
-enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, WHERE, BEGIN_PY, END_PY, ACQUIRE, RELEASE,
-       BY_START, STARTS, ENTRIES, DEV_ACQUIRE, DEV_RELEASE, ALLOCS, POOL, POOL_FREE, STATS,
-       NREFS };
+enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, NEW_LOCK, WHERE, BEGIN_PY, END_PY, ACQUIRE,
+       RELEASE, BY_START, STARTS, ENTRIES, DEV_ACQUIRE, DEV_RELEASE, ALLOCS, POOL, POOL_FREE,
+       STATS, RELEASE_PY, NREFS };
 
 typedef struct {
   PyObject_HEAD
@@ -40,6 +42,7 @@ typedef struct {
 #define SLOT(a, o, i) (*(PyObject **)((char *)(o) + (a)->off[i]))
 #define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
 
+static PyObject *s_acquire, *s_release;
 static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back;
@@ -67,6 +70,14 @@ static int try_lock(PyObject *acquire) {
   int got = r == Py_True;
   Py_DECREF(r);
   return got;
+}
+
+static void unlock_lock(PyObject *lock) {
+  PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+  if (r)
+    Py_DECREF(r);
+  else
+    PyErr_WriteUnraisable(lock);
 }
 
 static void unlock(PyObject *release) {
@@ -207,13 +218,13 @@ static PyObject *fallback(Accel *a, int which, PyObject *const *args, Py_ssize_t
   return PyObject_Vectorcall(R(a, which), all, (size_t)nargs + 1, kwnames);
 }
 
-/* The plain arguments (p, n, t) of both calls: exact ints, 0 < n <= limit, t of TO/FROM
+/* The plain arguments (p, n, t) of both calls: exact ints, 0 < n, t of TO/FROM
  * bits only, on a table without INFO. 0 when not. */
 static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t *n, long *t) {
   long long nn, tt, info;
   if (!as_addr(args[0], p) || !as_size(args[1], &nn) || !as_size(args[2], &tt))
     return 0;
-  if (nn <= 0 || nn > a->limit || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
+  if (nn <= 0 || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
     return 0;
   if (!attr_size(R(a, TABLE), s_info, &info) || info)
     return 0;
@@ -307,7 +318,22 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
     Py_DECREF(addr);
     goto done;
   }
-  /* the entry, as HostDataToTarget(p, n, 0, None, owner) with dyn = 1 */
+  /* the entry, as HostDataToTarget(p, n, 0, None, owner) with dyn = 1; a large first
+   * copy runs outside the lock, the entry's `ready` lock held until it is done */
+  int big = n > a->limit;
+  PyObject *ready = Py_None, *got = NULL;
+  if (big) {
+    ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
+    got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
+    if (!got) {
+      Py_XDECREF(ready);
+      Py_DECREF(addr);
+      goto done;         /* (the block is recorded as allocated: only on memory errors) */
+    }
+    Py_DECREF(got);
+  } else {
+    Py_INCREF(ready);
+  }
   PyTypeObject *tp = (PyTypeObject *)R(a, ENTRY_TYPE);
   PyObject *ent = tp->tp_alloc(tp, 0);
   PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
@@ -316,6 +342,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   if (!ent || !end || !dyn || !hold || !nbusy) {
     Py_XDECREF(ent); Py_XDECREF(end); Py_XDECREF(dyn); Py_XDECREF(hold); Py_XDECREF(nbusy);
     Py_DECREF(addr);
+    Py_DECREF(ready);
     goto done;
   }
   Py_INCREF(po); put(a, ent, HST_BEGIN, po, NULL);
@@ -328,7 +355,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   Py_INCREF(Py_None); put(a, ent, NAME, Py_None, NULL);
   Py_INCREF(Py_False); put(a, ent, PINNED, Py_False, NULL);
   Py_INCREF(Py_True); put(a, ent, OWNED, Py_True, NULL);
-  Py_INCREF(Py_None); put(a, ent, READY, Py_None, NULL);
+  Py_INCREF(ready); put(a, ent, READY, ready, NULL);
   Py_INCREF(Py_False); put(a, ent, FAILED, Py_False, NULL);
   Py_INCREF(R(a, WHERE)); put(a, ent, WHERE_, R(a, WHERE), NULL);
   put(a, ent, BUSY, nbusy, NULL);
@@ -339,9 +366,27 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
       (busy != Py_None && PyList_Append(busy, ent) < 0)) {
     Py_DECREF(ent);
     Py_DECREF(addr);
+    Py_DECREF(ready);
     goto done;
   }
   Py_DECREF(ent);
+  if (big) {
+    unlock(R(a, RELEASE));                       /* others wait on `ready` meanwhile */
+    if (t & 1) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy((void *)tgt, (const void *)p, (size_t)n);
+      Py_END_ALLOW_THREADS
+    }
+    int bad = (t & 1) && add_stat(a, s_to_unpinned, n) < 0;
+    unlock_lock(ready);
+    Py_DECREF(ready);
+    if (bad) {
+      Py_DECREF(addr);
+      return NULL;
+    }
+    return addr;
+  }
+  Py_DECREF(ready);
   if (t & 1) {                                   /* TO */
     memcpy((void *)tgt, (const void *)p, (size_t)n);
     if (add_stat(a, s_to_unpinned, n) < 0) {
@@ -410,12 +455,15 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   uintptr_t tgt = 0;
   PyObject *blocks = NULL, *key = NULL;
   if (last) {                       /* the copy back and the free must be plain ones */
-    long long limit, bytes, sz;
     if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, PINNED) != Py_False ||
         SLOT(a, f, OWNED) != Py_True || !as_addr(key = SLOT(a, f, TGT_BEGIN), &tgt) || !tgt ||
         (at = bisect_right(starts, p) - 1) < 0 || PyList_GET_ITEM(entries, at) != f ||
         !plain_copy(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
       goto slow;
+  }
+  int big = last && n > a->limit;        /* copied back outside the locks, then released */
+  if (last && !big) {
+    long long limit, bytes, sz;
     if (!(dev_locked = try_lock(R(a, DEV_ACQUIRE))))
       goto slow;
     PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
@@ -438,6 +486,34 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   put(a, f, DYN, ndyn, NULL);
   if (own)
     put(a, f, BUSY, zero, NULL);
+  if (big) {
+    Py_INCREF(f);
+    int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
+              PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
+              PyDict_DelItem(by_start, po) < 0;
+    unlock(R(a, RELEASE));
+    if (!bad && back && (t & 2)) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy((void *)p, (const void *)tgt, (size_t)n);
+      Py_END_ALLOW_THREADS
+      bad = add_stat(a, s_from_unpinned, n) < 0;
+    }
+    PyObject *err = NULL, *typ = NULL, *tb = NULL;
+    if (bad)
+      PyErr_Fetch(&typ, &err, &tb);
+    PyObject *call[2] = {R(a, TABLE), f};      /* MappingTable._release: free, unpin */
+    PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
+    Py_DECREF(f);
+    if (bad) {
+      Py_XDECREF(r);
+      PyErr_Restore(typ, err, tb);
+      return NULL;
+    }
+    if (!r)
+      return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+  }
   if (last) {
     keep = f;                                    /* ours until the end */
     Py_INCREF(keep);
@@ -581,16 +657,19 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
   return (PyObject *)m;
 }
 
-/* accelerate(table, dev, plugin, entry_type, kind, begin_py, end_py, limit, stage)
+/* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
+ *            limit, stage)
  * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
-  PyObject *table, *dev, *plugin, *entry_type, *kind, *begin_py, *end_py, *stage;
+  PyObject *table, *dev, *plugin, *entry_type, *kind, *new_lock, *begin_py, *end_py,
+      *release_py, *stage;
   Py_ssize_t limit;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "OOOO!OOOnO", &table, &dev, &plugin, &PyType_Type, &entry_type,
-                        &kind, &begin_py, &end_py, &limit, &stage))
+  if (!PyArg_ParseTuple(args, "OOOO!OOOOOnO", &table, &dev, &plugin, &PyType_Type,
+                        &entry_type, &kind, &new_lock, &begin_py, &end_py, &release_py,
+                        &limit, &stage))
     return NULL;
   Accel *a = PyObject_GC_New(Accel, &AccelType);
   if (!a)
@@ -616,13 +695,15 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
       goto bad;
     }
   }
-  PyObject *given[] = {table, dev, plugin, entry_type, kind, begin_py, end_py};
-  for (int i = 0; i <= END_PY; i++) {
-    if (i == WHERE)
-      continue;
-    PyObject *o = given[i < WHERE ? i : i - 1];
-    Py_INCREF(o);
-    a->ref[i] = o;
+  PyObject *given[NREFS] = {NULL};
+  given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
+  given[ENTRY_TYPE] = entry_type; given[KIND] = kind; given[NEW_LOCK] = new_lock;
+  given[BEGIN_PY] = begin_py; given[END_PY] = end_py; given[RELEASE_PY] = release_py;
+  for (int i = 0; i < NREFS; i++) {
+    if (given[i]) {
+      Py_INCREF(given[i]);
+      a->ref[i] = given[i];
+    }
   }
   PyObject *lock = NULL, *dev_lock = NULL, *pool = NULL;
   int ok = (a->ref[WHERE] = PyUnicode_FromString("unknown:0:0")) &&
@@ -735,7 +816,8 @@ static PyMethodDef methods[] = {
      "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
-     "accelerate(table, dev, plugin, entry_type, kind, begin_py, end_py, limit, stage) -> "
+     "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
+     "release_py, limit, stage) -> "
      "(begin_plain, end_plain) for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 
@@ -744,7 +826,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1,
 
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
 PyMODINIT_FUNC PyInit__accel_c(void) {
-  INTERN(s_info, "info"); INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
+  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_info, "info"); INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
   INTERN(s_limit, "limit"); INTERN(s_alloc_starts, "_alloc_starts");
   INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");
   INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");

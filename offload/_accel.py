@@ -28,7 +28,7 @@ from .compiler import _read_own, _run, cache_directory
 from .errors import OffloadError
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_accel.c")
-LIMIT = 1 << 16          # bytes copied under the table lock at most; larger: the Python path
+LIMIT = 1 << 16          # bytes copied under the table lock at most; larger: outside it
 
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []          # [module or None], once per process
@@ -100,10 +100,11 @@ def plain_function(config: _config.Config, ndarray: type, not_plain: int,
 
 
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
-               begin_py: Callable[..., Any], end_py: Callable[..., Any]
+               begin_py: Callable[..., Any], end_py: Callable[..., Any],
+               release_py: Callable[..., Any]
                ) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """C begin_plain/end_plain for `table` (falling back to `begin_py`/`end_py`, the
-    Python methods), or None: not host memory, a plugin whose copies are asynchronous or
+    Python methods; `release_py` frees an entry whose last copy back ran unlocked), or None: not host memory, a plugin whose copies are asynchronous or
     that pins mapped buffers, OFFLOAD_ACCEL=0, or no extension."""
     plugin = table.plugin
     if not getattr(dev, "host_memory", False) or not plugin.config.accel or \
@@ -112,5 +113,5 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     module = load()
     if module is None:
         return None
-    return module.accelerate(table, dev, plugin, entry_type, kind, begin_py, end_py, LIMIT,
-                             plugin.staging_threshold)
+    return module.accelerate(table, dev, plugin, entry_type, kind, threading.Lock, begin_py,
+                             end_py, release_py, LIMIT, plugin.staging_threshold)

@@ -68,7 +68,8 @@ class MappingTable:
         self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
         # on host memory, begin_plain/end_plain in C (the methods below for the rest)
         fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
-                                 MappingTable.begin_plain, MappingTable.end_plain)
+                                 MappingTable.begin_plain, MappingTable.end_plain,
+                                 MappingTable._release)
         if fast is not None:
             self.begin_plain, self.end_plain = fast       # type: ignore[method-assign]
         #: MapClause.plain for the constructs on this table (in C with the accelerator)

@@ -91,10 +91,12 @@ def _scenario():
     return trace
 
 
-def test_plain_paths_match_the_general_path(runtime, monkeypatch):
+@pytest.mark.parametrize("limit", [_accel.LIMIT, 0])
+def test_plain_paths_match_the_general_path(runtime, monkeypatch, limit):
     """The same trace (tables, copies, arrays, errors, copy statistics, allocations, pool)
-    through the C paths (offload/_accel.c, where it builds), the Python plain paths and
-    the general path."""
+    through the C paths (offload/_accel.c, where it builds; limit 0: every copy made
+    outside the table lock), the Python plain paths and the general path."""
+    monkeypatch.setattr(_accel, "LIMIT", limit)
     runtime()
     accelerated = _accelerated()
     fast = _scenario() + _scenario()           # the second run: the pool has blocks
@@ -223,15 +225,18 @@ def test_the_last_exit_waits_for_work_in_flight_on_the_mapping(runtime):
     assert (a == 7).all() and len(table) == 0
 
 
-@pytest.mark.parametrize("host_async", [0, 1])
-def test_threads_sharing_one_array_keep_the_table_consistent(runtime, host_async):
+@pytest.mark.parametrize("host_async,limit", [(0, _accel.LIMIT), (1, _accel.LIMIT), (0, 0)])
+def test_threads_sharing_one_array_keep_the_table_consistent(runtime, monkeypatch,
+                                                             host_async, limit):
     """8 threads map, unmap, run regions on and delete the same array at once (every plain
     path and its fallbacks under contention; with host queues on worker threads, regions
-    take the general path beside plain enters and exits); the counts never go negative,
-    and one delete afterwards leaves no entry and no device allocation."""
+    take the general path beside plain enters and exits; limit 0: the accelerator copies
+    outside the table lock); the counts never go negative, and one delete afterwards
+    leaves no entry and no device allocation."""
     import os
     import random
     import time
+    monkeypatch.setattr(_accel, "LIMIT", limit)
     runtime(OFFLOAD_HOST_ASYNC=host_async)
     k = offload.compile_c(SRC)
     a = np.zeros(256, dtype=np.int32)
