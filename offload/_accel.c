@@ -28,7 +28,27 @@ static const char *slot_names[NSLOTS] = {
 /* Objects the table and device keep for their lifetime (they change them in place). */
 enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, NEW_LOCK, WHERE, BEGIN_PY, END_PY, ACQUIRE,
        RELEASE, BY_START, STARTS, ENTRIES, DEV_ACQUIRE, DEV_RELEASE, ALLOCS, POOL, POOL_FREE,
-       STATS, RELEASE_PY, NREFS };
+       STATS, RELEASE_PY, UPDATE_PY, IDLE, POLL, CHECK, DRV, STREAMS, NREFS };
+
+/* How update copies run in C: memcpy (host memory), or a CUDA copy of a pinned range
+ * enqueued and spun on through the driver's entry points (the GIL released). */
+enum { COPY_NONE, COPY_MEMCPY, COPY_CUDA };
+#define MAX_STREAMS 8
+typedef int (*set_ctx_t)(void *);
+typedef int (*cu_copy_t)(uintptr_t, uintptr_t, size_t, void *);
+typedef int (*query_t)(void *);
+#define CU_NOT_READY 600
+
+typedef struct {
+  int kind;
+  uintptr_t set_ctx, ctx, h2d, d2h, query;
+  double spin;                     /* seconds spun on the stream before Python polls */
+  int nstreams;
+  uintptr_t stream[MAX_STREAMS];
+  char taken[MAX_STREAMS];
+  long device;                     /* the plugin-local device id (PinnedEntry.dev key) */
+  long long split;                 /* the plugin's pin_split grid (0: none) */
+} Copier;
 
 typedef struct {
   PyObject_HEAD
@@ -36,6 +56,7 @@ typedef struct {
   Py_ssize_t off[NSLOTS];
   Py_ssize_t limit;       /* largest copy made under the table lock */
   Py_ssize_t stage;       /* the plugin's staging threshold (-1: none) */
+  Copier copier;
 } Accel;
 
 #define R(a, i) ((a)->ref[i])
@@ -45,7 +66,8 @@ typedef struct {
 static PyObject *s_acquire, *s_release;
 static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
-    *s_copy_back;
+    *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
+    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned;
 
 /* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
  * dropped. */
@@ -572,6 +594,221 @@ done:
   return result;
 }
 
+
+#include <time.h>
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
+ * for this device (not being pinned or unpinned, not crossing the pin_split grid):
+ * PinnedMap.translate's one-piece answer. 0 when not (or on any doubt). */
+static uintptr_t pinned_via(Accel *a, uintptr_t p, Py_ssize_t n) {
+  Copier *c = &a->copier;
+  if (c->split > 0 && p / (uintptr_t)c->split != (p + n - 1) / (uintptr_t)c->split)
+    return 0;
+  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
+  if (!pinned) {
+    PyErr_Clear();
+    return 0;
+  }
+  uintptr_t via = 0;
+  PyObject *lock = PyObject_GetAttr(pinned, s_lock_attr), *starts = NULL, *entries = NULL;
+  PyObject *acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL;
+  if (!acquire || !try_lock(acquire))
+    goto out_nolock;
+  starts = PyObject_GetAttr(pinned, s_starts);
+  entries = PyObject_GetAttr(pinned, s_entries_attr);
+  if (starts && entries && PyList_CheckExact(starts) && PyList_CheckExact(entries) &&
+      PyList_GET_SIZE(starts) == PyList_GET_SIZE(entries)) {
+    Py_ssize_t i = bisect_right(starts, p) - 1;
+    if (i >= 0) {
+      PyObject *e = PyList_GET_ITEM(entries, i);
+      PyObject *host = PyObject_GetAttr(e, s_host), *size = PyObject_GetAttr(e, s_size);
+      PyObject *pending = PyObject_GetAttr(e, s_pending), *devs = PyObject_GetAttr(e, s_dev);
+      uintptr_t h;
+      long long sz;
+      if (host && size && pending == Py_None && devs && PyDict_CheckExact(devs) &&
+          as_addr(host, &h) && as_size(size, &sz) && p + (uintptr_t)n <= h + (uintptr_t)sz) {
+        PyObject *key = PyLong_FromLong(c->device);
+        PyObject *addr = key ? PyDict_GetItemWithError(devs, key) : NULL;
+        uintptr_t base;
+        if (addr && as_addr(addr, &base) && base)
+          via = base + (p - h);
+        Py_XDECREF(key);
+      }
+      Py_XDECREF(host); Py_XDECREF(size); Py_XDECREF(pending); Py_XDECREF(devs);
+    }
+  }
+  unlock_lock(lock);
+out_nolock:
+  PyErr_Clear();
+  Py_XDECREF(starts); Py_XDECREF(entries); Py_XDECREF(acquire); Py_XDECREF(lock);
+  Py_DECREF(pinned);
+  return via;
+}
+
+/* One update copy of n bytes between host p and device tgt: 1 done, 0 not here (nothing
+ * done: the caller takes the Python path), -1 an exception. */
+static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssize_t n) {
+  Copier *c = &a->copier;
+  if (c->kind == COPY_MEMCPY) {
+    if (!plain_copy(a, n))
+      return 0;
+    void *dst = (void *)(to_device ? tgt : p);
+    const void *src = (const void *)(to_device ? p : tgt);
+    if (n > a->limit) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy(dst, src, (size_t)n);
+      Py_END_ALLOW_THREADS
+    } else {
+      memcpy(dst, src, (size_t)n);
+    }
+    return add_stat(a, to_device ? s_to_unpinned : s_from_unpinned, n) < 0 ? -1 : 1;
+  }
+  if (c->kind != COPY_CUDA)
+    return 0;
+  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);   /* CUDADriver.alive() */
+  if (!dead) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_DECREF(dead);
+  if (dead != Py_None)
+    return 0;                                  /* Python raises the sticky error */
+  if (!pinned_via(a, p, n))
+    return 0;
+  int s = -1;
+  for (int i = 0; i < c->nstreams; i++)
+    if (!c->taken[i]) {
+      s = i;
+      break;
+    }
+  if (s < 0)
+    return 0;
+  c->taken[s] = 1;                             /* under the GIL: ours alone */
+  void *stream = (void *)c->stream[s];
+  uintptr_t dst = to_device ? tgt : p, src = to_device ? p : tgt;
+  cu_copy_t copy = (cu_copy_t)(to_device ? c->h2d : c->d2h);
+  query_t query = (query_t)c->query;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
+  if (rc == 0)
+    rc = copy(dst, src, (size_t)n, stream);
+  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
+    double until = seconds() + c->spin;
+    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  Py_END_ALLOW_THREADS
+  if (rc == CU_NOT_READY) {                    /* longer: Python polls (Ctrl-C works) */
+    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
+    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
+    if (!r)
+      return -1;                               /* interrupted: the stream stays out */
+    rc = (int)PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (rc == -1 && PyErr_Occurred())
+      return -1;
+  }
+  c->taken[s] = 0;
+  if (rc) {
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *what = PyUnicode_FromString(to_device ? "cuMemcpyHtoDAsync"
+                                                    : "cuMemcpyDtoHAsync");
+    PyObject *call[2] = {code, what};
+    PyObject *r = code && what ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
+    Py_XDECREF(code);
+    Py_XDECREF(what);
+    if (!r)
+      return -1;
+    Py_DECREF(r);
+  }
+  return add_stat(a, to_device ? s_to_pinned : s_from_pinned, n) < 0 ? -1 : 1;
+}
+
+/* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
+static int release_one(Accel *a, PyObject *e) {
+  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
+  if (!r)
+    return -1;
+  Py_DECREF(r);
+  int rc = 0;
+  PyObject *one = PyLong_FromLong(1);
+  PyObject *busy = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
+  Py_XDECREF(one);
+  if (busy)
+    put(a, e, BUSY, busy, NULL);
+  else
+    rc = -1;
+  if (!attr_false(R(a, TABLE), s_waiting)) {
+    PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+    if (w)
+      Py_DECREF(w);
+    else
+      rc = -1;
+  }
+  unlock(R(a, RELEASE));
+  return rc;
+}
+
+/* update_plain(p, n, t): MappingTable.update_plain (target_data_update of one item over
+ * [p, p+n), t = TO or FROM): absent data skipped, present data copied now. */
+static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  uintptr_t p;
+  Py_ssize_t n;
+  long t;
+  if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !plain_args(a, args, &p, &n, &t) ||
+      (t != 1 && t != 2))
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  if (!try_lock(R(a, ACQUIRE)))
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  PyObject *e = PyDict_GetItemWithError(R(a, BY_START), args[0]);
+  if (!e && !PyErr_Occurred()) {
+    Py_ssize_t i = bisect_right(R(a, STARTS), p) - 1;
+    if (i >= 0 && i < PyList_GET_SIZE(R(a, ENTRIES)))
+      e = PyList_GET_ITEM(R(a, ENTRIES), i);
+  }
+  uintptr_t begin, end, tgt0;
+  PyObject *one = NULL, *busy = NULL;
+  if (!e || !IS_ENTRY(a, e) || !as_addr(SLOT(a, e, HST_BEGIN), &begin) ||
+      !as_addr(SLOT(a, e, HST_END), &end) || p < begin || p + (uintptr_t)n > end ||
+      !as_addr(SLOT(a, e, TGT_BEGIN), &tgt0) || !tgt0 || SLOT(a, e, SHADOWS) != Py_None ||
+      !made(SLOT(a, e, READY)) || !(one = PyLong_FromLong(1)) ||
+      !(busy = PyNumber_Add(SLOT(a, e, BUSY), one))) {
+    Py_XDECREF(one);
+    PyErr_Clear();
+    unlock(R(a, RELEASE));
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
+  }
+  Py_DECREF(one);
+  put(a, e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
+  Py_INCREF(e);
+  unlock(R(a, RELEASE));
+  int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);
+  PyObject *typ = NULL, *err = NULL, *tb = NULL;
+  if (done < 0)
+    PyErr_Fetch(&typ, &err, &tb);              /* the copy's error, raised after */
+  int released = release_one(a, e);
+  Py_DECREF(e);
+  if (done < 0) {
+    if (released < 0)
+      PyErr_Clear();
+    PyErr_Restore(typ, err, tb);
+    return NULL;
+  }
+  if (released < 0)
+    return NULL;
+  if (done == 0)
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  Py_RETURN_NONE;
+}
+
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
     Py_VISIT(a->ref[i]);
@@ -658,18 +895,18 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 }
 
 /* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
- *            limit, stage)
+ *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain)
  * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *table, *dev, *plugin, *entry_type, *kind, *new_lock, *begin_py, *end_py,
-      *release_py, *stage;
+      *release_py, *update_py, *stage, *copier;
   Py_ssize_t limit;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "OOOO!OOOOOnO", &table, &dev, &plugin, &PyType_Type,
+  if (!PyArg_ParseTuple(args, "OOOO!OOOOOOnOO", &table, &dev, &plugin, &PyType_Type,
                         &entry_type, &kind, &new_lock, &begin_py, &end_py, &release_py,
-                        &limit, &stage))
+                        &update_py, &limit, &stage, &copier))
     return NULL;
   Accel *a = PyObject_GC_New(Accel, &AccelType);
   if (!a)
@@ -677,6 +914,7 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   for (int i = 0; i < NREFS; i++)
     a->ref[i] = NULL;
   a->limit = limit;
+  memset(&a->copier, 0, sizeof a->copier);
   a->stage = stage == Py_None ? -1 : PyLong_AsSsize_t(stage);
   PyObject_GC_Track(a);
   if (a->stage == -1 && PyErr_Occurred())
@@ -699,6 +937,7 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
   given[ENTRY_TYPE] = entry_type; given[KIND] = kind; given[NEW_LOCK] = new_lock;
   given[BEGIN_PY] = begin_py; given[END_PY] = end_py; given[RELEASE_PY] = release_py;
+  given[UPDATE_PY] = update_py;
   for (int i = 0; i < NREFS; i++) {
     if (given[i]) {
       Py_INCREF(given[i]);
@@ -719,7 +958,8 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
            (a->ref[ALLOCS] = PyObject_GetAttrString(dev, "_allocs")) &&
            (pool = PyObject_GetAttrString(dev, "pool")) &&
            (a->ref[POOL_FREE] = PyObject_GetAttrString(pool, "_free")) &&
-           (a->ref[STATS] = PyObject_GetAttrString(dev, "stats"));
+           (a->ref[STATS] = PyObject_GetAttrString(dev, "stats")) &&
+           (a->ref[IDLE] = PyObject_GetAttrString(table, "_idle"));
   if (pool) {
     a->ref[POOL] = pool;
     pool = NULL;
@@ -734,14 +974,55 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_TypeError, "offload accelerator: unexpected table or device");
     goto bad;
   }
+  /* ("memcpy",) or ("cuda", set_ctx, ctx, h2d, d2h, query, spin, streams, stream_objects,
+   *  poll, check, drv, device, pin_split), or None */
+  Copier *c = &a->copier;
+  if (copier != Py_None) {
+    const char *how;
+    PyObject *addrs = NULL, *objs = NULL, *poll = NULL, *check = NULL, *drv = NULL;
+    unsigned long long set_ctx = 0, ctx = 0, h2d = 0, d2h = 0, query = 0;
+    if (!PyTuple_Check(copier) || PyTuple_GET_SIZE(copier) < 1 ||
+        !(how = PyUnicode_AsUTF8(PyTuple_GET_ITEM(copier, 0))))
+      goto bad_copier;
+    if (!strcmp(how, "memcpy")) {
+      c->kind = COPY_MEMCPY;
+    } else if (!strcmp(how, "cuda")) {
+      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlL", &how, &set_ctx, &ctx, &h2d, &d2h,
+                            &query, &c->spin, &PyTuple_Type, &addrs, &PyTuple_Type, &objs,
+                            &poll, &check, &drv, &c->device, &c->split))
+        goto bad;
+      Py_ssize_t ns = PyTuple_GET_SIZE(addrs);
+      if (ns < 1 || ns > MAX_STREAMS || PyTuple_GET_SIZE(objs) != ns)
+        goto bad_copier;
+      for (Py_ssize_t i = 0; i < ns; i++) {
+        c->stream[i] = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(addrs, i));
+        if (PyErr_Occurred())
+          goto bad;
+      }
+      c->nstreams = (int)ns;
+      c->set_ctx = set_ctx; c->ctx = ctx; c->h2d = h2d; c->d2h = d2h; c->query = query;
+      Py_INCREF(objs); a->ref[STREAMS] = objs;
+      Py_INCREF(poll); a->ref[POLL] = poll;
+      Py_INCREF(check); a->ref[CHECK] = check;
+      Py_INCREF(drv); a->ref[DRV] = drv;
+      c->kind = COPY_CUDA;
+    } else {
+      goto bad_copier;
+    }
+  }
   PyObject *b = bound(a, (vectorcallfunc)Accel_begin), *e = bound(a, (vectorcallfunc)Accel_end);
+  PyObject *u = bound(a, (vectorcallfunc)Accel_update);
   Py_DECREF(a);
-  if (!b || !e) {
+  if (!b || !e || !u) {
     Py_XDECREF(b);
     Py_XDECREF(e);
+    Py_XDECREF(u);
     return NULL;
   }
-  return Py_BuildValue("(NN)", b, e);
+  return Py_BuildValue("(NNN)", b, e, u);
+bad_copier:
+  PyErr_SetString(PyExc_ValueError, "offload accelerator: a copier is None, ('memcpy',) or "
+                  "('cuda', ...)");
 bad:
   Py_DECREF(a);
   return NULL;
@@ -766,6 +1047,42 @@ static PyObject *plain_setup(PyObject *mod, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* -1: no buffer (ask Python); 0: not plain; 1: plain, *p, *n, *ro set. */
+static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop) {
+  Py_buffer v;
+  if (PyObject_GetBuffer(arr, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    PyErr_Clear();                 /* not C-contiguous, or a dtype buffers do not carry */
+    return -1;
+  }
+  int objects = v.format && strchr(v.format, 'O') != NULL;   /* (or a field name with O) */
+  *np_ = v.len;
+  *rop = v.readonly;
+  *pp = (uintptr_t)v.buf;
+  PyBuffer_Release(&v);
+  return !(objects || *np_ <= 0 || (*rop && (t & 2)));
+}
+
+/* plain_array(a, t): (address, size) of a numpy array an update of type t (TO or FROM)
+ * copies as one plain item, or None (not an exact ndarray, not C-contiguous, empty,
+ * objects inside, read-only for FROM). */
+static PyObject *plain_array(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  (void)mod;
+  if (nargs != 2 || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "plain_array(a, t) after plain_setup");
+    return NULL;
+  }
+  long t = PyLong_AsLong(args[1]);
+  if (t == -1 && PyErr_Occurred())
+    return NULL;
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro;
+  if (Py_TYPE(args[0]) != (PyTypeObject *)ndarray_type ||
+      plain_buffer(args[0], t, &p, &n, &ro) != 1)
+    Py_RETURN_NONE;
+  return Py_BuildValue("(Kn)", (unsigned long long)p, n);
+}
+
 static PyObject *plain(PyObject *mod, PyObject *clause) {
   (void)mod;
   if (!ndarray_type) {
@@ -783,19 +1100,15 @@ static PyObject *plain(PyObject *mod, PyObject *clause) {
     goto out;
   if (t & not_plain)
     goto out;
-  Py_buffer v;
-  if (PyObject_GetBuffer(arr, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-    PyErr_Clear();                 /* not C-contiguous, or a dtype buffers do not carry */
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro, got = plain_buffer(arr, t, &p, &n, &ro);
+  if (got < 0) {
     Py_DECREF(arr);
     Py_DECREF(to);
     return PyObject_CallOneArg(plain_py, clause);
   }
-  int objects = v.format && strchr(v.format, 'O') != NULL;   /* (or a field name with O) */
-  Py_ssize_t n = v.len;
-  int ro = v.readonly;
-  uintptr_t p = (uintptr_t)v.buf;
-  PyBuffer_Release(&v);
-  if (objects || n <= 0 || (ro && (t & 2)))
+  if (!got)
     goto out;
   result = Py_BuildValue("(KnlOO)", (unsigned long long)p, n, t, arr, ro ? Py_True : Py_False);
   Py_DECREF(arr);
@@ -812,13 +1125,16 @@ static PyMethodDef methods[] = {
     {"plain_setup", plain_setup, METH_VARARGS,
      "plain_setup(ndarray, not_plain, python_plain): the array type, the map-type bits plain "
      "refuses, MapClause.plain for arrays without a C-contiguous buffer."},
+    {"plain_array", (PyCFunction)(void (*)(void))plain_array, METH_FASTCALL,
+     "plain_array(a, t) -> (address, size) when an update of type t copies a as one plain "
+     "item, else None."},
     {"plain", plain, METH_O,
      "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
-     "release_py, limit, stage) -> "
-     "(begin_plain, end_plain) for one MappingTable."},
+     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain) "
+     "for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1, methods,
@@ -832,6 +1148,10 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");
   INTERN(s_from_unpinned, "from unpinned"); INTERN(s_locked, "locked");
   INTERN(s_copy_back, "copy_back"); INTERN(s_array, "array"); INTERN(s_type, "type");
+  INTERN(s_busy_attr, "busy"); INTERN(s_dead, "dead"); INTERN(s_lock_attr, "_lock");
+  INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
+  INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
+  INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
   if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0)
     return NULL;
   return PyModule_Create(&module);

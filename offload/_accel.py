@@ -99,19 +99,39 @@ def plain_function(config: _config.Config, ndarray: type, not_plain: int,
     return module.plain  # type: ignore[no-any-return]
 
 
+def array_function(config: _config.Config) -> Callable[[Any, int], Any] | None:
+    """plain_array(a, t) in C: (address, size) when an update of type t copies numpy array
+    `a` as one plain item, else None; None without the extension or with OFFLOAD_ACCEL=0
+    (plain_function must have set the module up)."""
+    module = load() if config.accel else None
+    return None if module is None else module.plain_array  # type: ignore[no-any-return]
+
+
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
-               release_py: Callable[..., Any]
-               ) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-    """C begin_plain/end_plain for `table` (falling back to `begin_py`/`end_py`, the
-    Python methods; `release_py` frees an entry whose last copy back ran unlocked), or None: not host memory, a plugin whose copies are asynchronous or
-    that pins mapped buffers, OFFLOAD_ACCEL=0, or no extension."""
+               release_py: Callable[..., Any], update_py: Callable[..., Any]
+               ) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None,
+                          Callable[..., Any] | None] | None:
+    """(begin_plain, end_plain, update_plain) in C for `table`, each None where the Python
+    method stays, or None for all three. The C calls fall back to `begin_py`, `end_py`,
+    `update_py` (the Python methods) for what they do not take; `release_py` frees an
+    entry whose last copy back ran unlocked. begin/end: on host memory, with synchronous
+    copies and no pinning of mapped buffers; update: where the device gives a copier
+    (GenericDevice.accel_copier). None with OFFLOAD_ACCEL=0 or without the extension."""
     plugin = table.plugin
-    if not getattr(dev, "host_memory", False) or not plugin.config.accel or \
-            plugin.asynchronous or plugin.config.lock_mapped is not _config.LockMapped.OFF:
+    config = plugin.config
+    if not config.accel:
         return None
+    plain = bool(getattr(dev, "host_memory", False)) and not plugin.asynchronous and \
+        config.lock_mapped is _config.LockMapped.OFF
     module = load()
     if module is None:
         return None
-    return module.accelerate(table, dev, plugin, entry_type, kind, threading.Lock, begin_py,
-                             end_py, release_py, LIMIT, plugin.staging_threshold)
+    copier = dev.accel_copier()
+    if not plain and copier is None:
+        return None
+    begin, end, update = module.accelerate(
+        table, dev, plugin, entry_type, kind, threading.Lock, begin_py, end_py, release_py,
+        update_py, LIMIT, plugin.staging_threshold, copier)
+    return (begin if plain else None, end if plain else None,
+            update if copier is not None else None)

@@ -69,13 +69,20 @@ class MappingTable:
         # on host memory, begin_plain/end_plain in C (the methods below for the rest)
         fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
                                  MappingTable.begin_plain, MappingTable.end_plain,
-                                 MappingTable._release)
+                                 MappingTable._release, MappingTable.update_plain)
         if fast is not None:
-            self.begin_plain, self.end_plain = fast       # type: ignore[method-assign]
+            begin, end, update = fast
+            if begin is not None and end is not None:
+                self.begin_plain, self.end_plain = begin, end  # type: ignore[method-assign]
+            if update is not None:
+                self.update_plain = update                 # type: ignore[method-assign]
         #: MapClause.plain for the constructs on this table (in C with the accelerator)
         self.plain_of: Callable[[MapClause], Any] = \
             _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
             or MapClause.plain
+        #: (address, size) of an array one update item of type TO or FROM copies plainly,
+        #: else None; None without the accelerator (api.target_update then checks itself)
+        self.plain_array = _accel.array_function(plugin.config)
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
@@ -431,6 +438,11 @@ class MappingTable:
                     self._copy_from(p, f.tgt_begin, n, f.name, None, f)
             finally:
                 self._release(f)
+
+    def update_plain(self, p: int, n: int, t: int) -> None:
+        """`target_data_update([item])` for one item over [p, p+n) (n > 0) of type TO or
+        FROM, without INFO: copied now when present, skipped when absent."""
+        self.target_data_update([MapItem(p, n, MapType(t), None)])
 
     def begin_general(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
                       busy: list[HostDataToTarget] | None = None) -> int:

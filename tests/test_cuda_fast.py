@@ -5,6 +5,8 @@ import cffi
 import numpy as np
 import pytest
 
+import offload
+
 from offload.plugins import _cuda_fast
 
 NOT_READY = 600
@@ -108,3 +110,109 @@ def test_launch_passes_the_geometry_and_parameters_then_waits(helper):
     assert rc == 0
     assert d.calls[1] == ("launch", 0xF00, 7, 1, 1, 96, 1, 1, 1024, 0x57, 0xABCDEF, True)
     assert d.calls[2:] == [("query",)] * 2
+
+
+# ---- the accelerator's CUDA copier (offload/_accel.c), on a host table ----------------
+class _Dead:
+    """CUDADriver's `dead` flag (None while the context lives)."""
+    dead = None
+
+
+def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
+    """Make host tables built from now on copy updates through the accelerator's CUDA
+    copier, with `d`'s stand-in driver functions."""
+    from offload.plugins.host import HostDevice
+
+    def poll(stream):
+        polls.append(stream)
+        d.busy_polls = 0
+        return 0
+
+    def check(rc, what):
+        checks.append((rc, what))
+        raise offload.OffloadError(offload.ErrorCode.BACKEND_FAILURE, f"{what} failed: {rc}")
+
+    def addr(f):
+        return int(ffi.cast("uintptr_t", f))
+    f = d.fns
+    monkeypatch.setattr(HostDevice, "accel_copier", lambda self: (
+        "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
+        1e-3, tuple(streams), tuple(f"stream{i}" for i in range(len(streams))), poll, check,
+        _Dead(), self.id, 0))
+
+
+@pytest.fixture
+def accel_table(runtime):
+    from offload import _accel
+    if _accel.load() is None:
+        pytest.skip("the accelerator does not build here")
+    return runtime
+
+
+def test_the_accelerator_copies_a_pinned_update_through_the_driver_and_waits(accel_table,
+                                                                            monkeypatch):
+    d = Driver(busy_polls=2)
+    polls, checks = [], []
+    _cuda_copier(monkeypatch, d, polls, checks)
+    accel_table()
+    dev = offload.runtime.current().device(0)
+    a = np.arange(1024, dtype=np.int32)
+    offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    try:
+        offload.target_enter_data(offload.to(a), device=0)
+        tgt = offload.omp_get_mapped_ptr(a, 0)
+        d.calls.clear()
+        a += 5
+        offload.target_update(to=[a], device=0)            # whole: through the copier
+        assert d.calls[:2] == [("ctx", 0xC7), ("copy", tgt, a.ctypes.data, a.nbytes, 0x51)]
+        assert d.calls[2:] == [("query",)] * 3 and not polls and not checks   # 2 busy
+        d.calls.clear()
+        a[:] = 0
+        offload.target_update(from_=[a[256:512]], device=0)     # a section inside it
+        assert d.calls[1] == ("copy", a.ctypes.data + 1024, tgt + 1024, 1024, 0x51)
+        assert (a[256:512] == np.arange(256, 512) + 5).all() and (a[:256] == 0).all()
+        assert dev.generic.stats["to pinned"] >= a.nbytes
+        d.busy_polls = -1                                   # outlasts the spin: Python polls
+        offload.target_update(to=[a], device=0)
+        assert polls == ["stream0"]
+        assert [e.busy for e in dev.table.entries()] == [0]
+        offload.target_exit_data(offload.delete(a), device=0)
+    finally:
+        offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_the_accelerator_reports_a_failed_copy_and_keeps_nothing_marked(accel_table,
+                                                                        monkeypatch):
+    d = Driver(op_rc=1)                                     # CUDA_ERROR_INVALID_VALUE
+    polls, checks = [], []
+    _cuda_copier(monkeypatch, d, polls, checks)
+    accel_table()
+    dev = offload.runtime.current().device(0)
+    a = np.arange(64, dtype=np.int32)
+    offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    try:
+        with offload.target_data(offload.to(a), device=0):
+            with pytest.raises(offload.OffloadError, match="cuMemcpyHtoDAsync failed: 1"):
+                offload.target_update(to=[a], device=0)
+            assert checks == [(1, "cuMemcpyHtoDAsync")]
+            assert [e.busy for e in dev.table.entries()] == [0]
+            d.op_rc = 0
+            offload.target_update(to=[a], device=0)      # the stream went back: works
+            assert d.calls[-2][0] == "copy" and d.calls[-2][4] == 0x51
+        assert len(dev.table) == 0
+    finally:
+        offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_unpinned_or_absent_updates_leave_the_copier_alone(accel_table, monkeypatch):
+    d = Driver()
+    polls, checks = [], []
+    _cuda_copier(monkeypatch, d, polls, checks)
+    accel_table()
+    a = np.arange(64, dtype=np.int32)
+    with offload.target_data(offload.to(a), device=0):   # not pinned: the Python path
+        a[:] = -1
+        offload.target_update(from_=[a], device=0)
+        assert (a == np.arange(64)).all()
+    offload.target_update(to=[a], device=0)                # absent: skipped
+    assert d.calls == []

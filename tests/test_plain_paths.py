@@ -72,6 +72,17 @@ def _scenario():
         lambda: offload.target_enter_data(offload.tofrom(a), device=0),   # extends
         lambda: offload.target_exit_data(offload.release(a[:16]), device=0),
         lambda: offload.target_exit_data(offload.delete(a), device=0),
+        lambda: offload.target_enter_data(offload.to(a), device=0),
+        lambda: np.add(a, 100, out=a),
+        lambda: offload.target_update(from_=[a[8:16]], device=0),    # inside the mapping
+        lambda: offload.target_update(to=[a], device=0),
+        lambda: offload.target(k.inc, a, a.size, device=0),           # on mapped data
+        lambda: offload.target_update(from_=[a], device=0),
+        lambda: offload.target_update(to=[a[60:64], a[:4]], device=0),
+        lambda: offload.target_update(from_=[np.zeros(4, np.int32)], device=0),  # absent
+        lambda: offload.target_update(to=[a], from_=[a[:2]], device=0),
+        lambda: offload.target_exit_data(offload.delete(a), device=0),
+        lambda: offload.target_update(to=[a], device=0),              # absent: skipped
     ]
     trace = []
     for step in steps:

@@ -67,6 +67,11 @@ class GenericDevice:
         #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
         self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
 
+    def accel_copier(self) -> tuple | None:
+        """How offload/_accel.c may make an update's copy in C on this device (see
+        `accelerate` there), or None: the Python path."""
+        return None
+
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> None: ...
     def _deinit_impl(self) -> None: ...

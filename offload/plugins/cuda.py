@@ -220,6 +220,25 @@ class CUDADevice(GenericDevice):
         self._finish_fast(rc, q, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
         return True
 
+    def accel_copier(self) -> tuple | None:
+        """The one-piece pinned copy of _copy_now_impl, for offload/_accel.c: the driver's
+        entry points, the context, two streams of our own (kept until the device goes),
+        _poll for copies that outlast the spin, the driver's error check."""
+        fast = self.plugin.fast
+        if fast is None:
+            return None
+        streams = (self.queues.get(), self.queues.get())
+        drv = self.plugin.drv
+
+        def addr(cdata: Any) -> int:
+            return int(_ffi.cast("uintptr_t", cdata))
+
+        def poll(stream: Any) -> int:
+            return _poll(drv.lib.cuStreamQuery, stream)
+        return ("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d), addr(fast.d2h),
+                addr(fast.query), _SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
+                poll, drv.check, drv, self.id, self.plugin.pin_split or 0)
+
     def _finish_fast(self, rc: int, q: Any, what: str) -> None:
         """After a helper call on our queue `q`: poll on when it outlasted the spin, give
         the queue back (not when interrupted), raise the driver's error as `what`'s."""

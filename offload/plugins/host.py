@@ -155,6 +155,9 @@ class HostDevice(GenericDevice):
     def _init_impl(self) -> None:
         self.queues.synchronous = not self.plugin.config.host_async
 
+    def accel_copier(self) -> tuple | None:
+        return ("memcpy",)             # a copy without a queue is a memmove
+
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
         out = _ffi.new("void **")
         if _libc.posix_memalign(out, 64, size) != 0:
