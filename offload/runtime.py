@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from . import _accel
 from . import config as _config
 from .completions import Watcher
 from .config import Config, TargetOffload
@@ -430,7 +431,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def operation(fn: F) -> F:
     """Count a public call as an operation in flight: shutdown waits for it, and refuses
-    new ones (UNINITIALIZED) while it runs."""
+    new ones (UNINITIALIZED) while it runs. In C (the accelerator's Operation, the same
+    steps) where it builds and OFFLOAD_ACCEL is not 0."""
+    module = _accel.load() if _config.read().accel else None
+    if module is not None:
+        return functools.update_wrapper(  # type: ignore[no-any-return]
+            module.Operation(fn, _tls, _process, current, _unavailable, _Sigint,
+                             _deliver_sigint), fn)
+    return _operation_py(fn)
+
+
+def _operation_py(fn: F) -> F:
+    """`operation` in Python."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         tls = _tls
