@@ -435,7 +435,7 @@ def operation(fn: F) -> F:
     steps) where it builds and OFFLOAD_ACCEL is not 0."""
     module = _accel.load() if _config.read().accel else None
     if module is not None:
-        return functools.update_wrapper(  # type: ignore[no-any-return]
+        return functools.update_wrapper(  # type: ignore[return-value]
             module.Operation(fn, _tls, _process, current, _unavailable, _Sigint,
                              _deliver_sigint), fn)
     return _operation_py(fn)
