@@ -60,6 +60,8 @@ typedef struct {
 } Accel;
 
 #define R(a, i) ((a)->ref[i])
+static PyObject *ndarray_type;
+static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop);
 #define SLOT(a, o, i) (*(PyObject **)((char *)(o) + (a)->off[i]))
 #define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
 
@@ -809,6 +811,143 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   Py_RETURN_NONE;
 }
 
+
+/* present(args) -> (kernel arguments, entries) or None: _target_on_present's first half
+ * (see target.py). Each exact numpy array argument must be C-contiguous and share a byte
+ * with a made mapping: that entry is marked in use (once per argument) and the argument
+ * becomes its device address; exact ints and floats pass as they are. None, with
+ * nothing marked, for anything else (the Python path decides). */
+static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || !PyTuple_Check(args[0]) || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "present(args: tuple)");
+    return NULL;
+  }
+  PyObject *given = args[0];
+  Py_ssize_t count = PyTuple_GET_SIZE(given);
+  long long info;
+  if (!attr_size(R(a, TABLE), s_info, &info) || info)
+    Py_RETURN_NONE;
+  PyObject *kargs = PyList_New(count), *marked = PyList_New(0);
+  if (!kargs || !marked) {
+    Py_XDECREF(kargs);
+    Py_XDECREF(marked);
+    return NULL;
+  }
+  uintptr_t addr[64];
+  Py_ssize_t size[64];
+  int any = 0;
+  for (Py_ssize_t i = 0; i < count; i++) {           /* outside the lock: the buffers */
+    PyObject *x = PyTuple_GET_ITEM(given, i);
+    if (Py_TYPE(x) == (PyTypeObject *)ndarray_type) {
+      int ro;
+      if (i >= 64 || plain_buffer(x, 0, &addr[i], &size[i], &ro) < 0 || !addr[i])
+        goto none;
+      any = 1;
+    } else if (PyLong_CheckExact(x) || PyFloat_CheckExact(x)) {
+      Py_INCREF(x);
+      PyList_SET_ITEM(kargs, i, x);
+    } else {
+      goto none;                              /* numpy scalars, subclasses, objects */
+    }
+  }
+  if (!any)
+    goto none;
+  if (!try_lock(R(a, ACQUIRE)))
+    goto none;
+  PyObject *starts = R(a, STARTS), *entries = R(a, ENTRIES);
+  for (Py_ssize_t i = 0; i < count; i++) {
+    if (PyList_GET_ITEM(kargs, i))
+      continue;
+    uintptr_t p = addr[i], end, begin, tgt;
+    Py_ssize_t n = size[i] > 0 ? size[i] : 1;
+    PyObject *key = PyLong_FromUnsignedLongLong((unsigned long long)p);
+    PyObject *e = key ? PyDict_GetItemWithError(R(a, BY_START), key) : NULL;
+    Py_XDECREF(key);
+    if (!e && !PyErr_Occurred()) {                   /* the entry sharing a byte, if any */
+      Py_ssize_t j = bisect_right(starts, p) - 1;
+      if (j >= 0 && as_addr(SLOT(a, PyList_GET_ITEM(entries, j), HST_END), &end) && p < end)
+        e = PyList_GET_ITEM(entries, j);
+      else if (j + 1 < PyList_GET_SIZE(starts) &&
+               as_addr(PyList_GET_ITEM(starts, j + 1), &begin) && begin < p + (uintptr_t)n)
+        e = PyList_GET_ITEM(entries, j + 1);
+    }
+    PyObject *one = NULL, *busy = NULL, *dev_addr = NULL;
+    if (!e || !IS_ENTRY(a, e) || !made(SLOT(a, e, READY)) ||
+        !as_addr(SLOT(a, e, HST_BEGIN), &begin) || !as_addr(SLOT(a, e, TGT_BEGIN), &tgt) ||
+        !(one = PyLong_FromLong(1)) || !(busy = PyNumber_Add(SLOT(a, e, BUSY), one)) ||
+        !(dev_addr = PyLong_FromUnsignedLongLong(
+              (unsigned long long)(tgt + (p - begin)))) ||
+        PyList_Append(marked, e) < 0) {
+      Py_XDECREF(one);
+      Py_XDECREF(busy);
+      Py_XDECREF(dev_addr);
+      PyErr_Clear();
+      for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++) {   /* undo */
+        PyObject *f = PyList_GET_ITEM(marked, m);
+        PyObject *o1 = PyLong_FromLong(1);
+        PyObject *less = o1 ? PyNumber_Subtract(SLOT(a, f, BUSY), o1) : NULL;
+        Py_XDECREF(o1);
+        if (less)
+          put(a, f, BUSY, less, NULL);
+      }
+      PyErr_Clear();
+      if (PyList_GET_SIZE(marked) && !attr_false(R(a, TABLE), s_waiting)) {
+        PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+        Py_XDECREF(w);
+        PyErr_Clear();
+      }
+      unlock(R(a, RELEASE));
+      goto none;
+    }
+    Py_DECREF(one);
+    put(a, e, BUSY, busy, NULL);
+    PyList_SET_ITEM(kargs, i, dev_addr);
+  }
+  unlock(R(a, RELEASE));
+  return Py_BuildValue("(NN)", kargs, marked);
+none:
+  PyErr_Clear();
+  Py_DECREF(kargs);
+  Py_DECREF(marked);
+  Py_RETURN_NONE;
+}
+
+/* release(entries): MappingTable.release_busy. */
+static PyObject *Accel_release(Accel *a, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || !PyList_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "release(entries: list)");
+    return NULL;
+  }
+  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
+  if (!r)
+    return NULL;
+  Py_DECREF(r);
+  int bad = 0;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]) && !bad; i++) {
+    PyObject *e = PyList_GET_ITEM(args[0], i);
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *less = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
+    Py_XDECREF(one);
+    if (less)
+      put(a, e, BUSY, less, NULL);
+    else
+      bad = 1;
+  }
+  if (!bad && !attr_false(R(a, TABLE), s_waiting)) {
+    PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+    if (w)
+      Py_DECREF(w);
+    else
+      bad = 1;
+  }
+  unlock(R(a, RELEASE));
+  if (bad)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
     Py_VISIT(a->ref[i]);
@@ -895,7 +1034,7 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 }
 
 /* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
- *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain)
+ *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release)
  * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
@@ -1012,14 +1151,14 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   }
   PyObject *b = bound(a, (vectorcallfunc)Accel_begin), *e = bound(a, (vectorcallfunc)Accel_end);
   PyObject *u = bound(a, (vectorcallfunc)Accel_update);
+  PyObject *pr = bound(a, (vectorcallfunc)Accel_present);
+  PyObject *rl = bound(a, (vectorcallfunc)Accel_release);
   Py_DECREF(a);
-  if (!b || !e || !u) {
-    Py_XDECREF(b);
-    Py_XDECREF(e);
-    Py_XDECREF(u);
+  if (!b || !e || !u || !pr || !rl) {
+    Py_XDECREF(b); Py_XDECREF(e); Py_XDECREF(u); Py_XDECREF(pr); Py_XDECREF(rl);
     return NULL;
   }
-  return Py_BuildValue("(NNN)", b, e, u);
+  return Py_BuildValue("(NNNNN)", b, e, u, pr, rl);
 bad_copier:
   PyErr_SetString(PyExc_ValueError, "offload accelerator: a copier is None, ('memcpy',) or "
                   "('cuda', ...)");
@@ -1030,7 +1169,7 @@ bad:
 
 /* plain(clause): MapClause.plain in one call (the buffer protocol gives the address, size,
  * C-contiguity and writability at once). Set up by plain_setup(ndarray, not_plain). */
-static PyObject *ndarray_type, *plain_py, *s_array, *s_type;
+static PyObject *plain_py, *s_array, *s_type;
 static long not_plain = -1;
 
 static PyObject *plain_setup(PyObject *mod, PyObject *args) {
@@ -1302,7 +1441,7 @@ static PyMethodDef methods[] = {
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
-     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain) "
+     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release) "
      "for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 

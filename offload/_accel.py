@@ -110,14 +110,14 @@ def array_function(config: _config.Config) -> Callable[[Any, int], Any] | None:
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]
-               ) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None,
-                          Callable[..., Any] | None] | None:
-    """(begin_plain, end_plain, update_plain) in C for `table`, each None where the Python
-    method stays, or None for all three. The C calls fall back to `begin_py`, `end_py`,
-    `update_py` (the Python methods) for what they do not take; `release_py` frees an
-    entry whose last copy back ran unlocked. begin/end: on host memory, with synchronous
-    copies and no pinning of mapped buffers; update: where the device gives a copier
-    (GenericDevice.accel_copier). None with OFFLOAD_ACCEL=0 or without the extension."""
+               ) -> tuple[Callable[..., Any] | None, ...] | None:
+    """(begin_plain, end_plain, update_plain, present, release) in C for `table`, each None
+    where the Python method stays, or None for all. present/release: the first half of a
+    region on mapped data and release_busy for the entries it marked (target.py). The C
+    calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what they
+    do not take; `release_py` frees an entry whose last copy back ran unlocked.
+    begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
+    update: where the device gives a copier (GenericDevice.accel_copier). None with OFFLOAD_ACCEL=0 or without the extension."""
     plugin = table.plugin
     config = plugin.config
     if not config.accel:
@@ -130,8 +130,8 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     copier = dev.accel_copier()
     if not plain and copier is None:
         return None
-    begin, end, update = module.accelerate(
+    begin, end, update, present, release = module.accelerate(
         table, dev, plugin, entry_type, kind, threading.Lock, begin_py, end_py, release_py,
         update_py, LIMIT, plugin.staging_threshold, copier)
     return (begin if plain else None, end if plain else None,
-            update if copier is not None else None)
+            update if copier is not None else None, present, release)

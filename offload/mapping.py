@@ -70,12 +70,18 @@ class MappingTable:
         fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
                                  MappingTable.begin_plain, MappingTable.end_plain,
                                  MappingTable._release, MappingTable.update_plain)
+        #: with the accelerator: a region's arguments on mapped data, marked in use, as
+        #: (device arguments, entries) or None; and release_busy for those entries
+        self.present: Callable[[tuple], Any] | None = None
+        self.release_present: Callable[[list], Any] = self.release_busy
         if fast is not None:
-            begin, end, update = fast
+            begin, end, update, present, release = fast
             if begin is not None and end is not None:
                 self.begin_plain, self.end_plain = begin, end  # type: ignore[method-assign]
             if update is not None:
                 self.update_plain = update                 # type: ignore[method-assign]
+            if present is not None and release is not None:
+                self.present, self.release_present = present, release
         #: MapClause.plain for the constructs on this table (in C with the accelerator)
         self.plain_of: Callable[[MapClause], Any] = \
             _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \

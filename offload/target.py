@@ -283,6 +283,16 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     the kernel launched. False, with nothing done, when an array is not mapped (the
     general path maps it)."""
     table = dev.table
+    present = table.present
+    if present is not None and type(args) is tuple:
+        found = present(args)                 # in C: marked, translated (or None)
+        if found is not None:
+            kargs, busy = found
+            try:
+                dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
+            finally:
+                table.release_present(busy)
+            return True
     spans = []
     for a in args:
         if type(a) is np.ndarray:
