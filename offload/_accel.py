@@ -117,7 +117,8 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what they
     do not take; `release_py` frees an entry whose last copy back ran unlocked.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
-    update: where the device gives a copier (GenericDevice.accel_copier). None with OFFLOAD_ACCEL=0 or without the extension."""
+    update: where the device gives a copier (GenericDevice.accel_copier). None with
+    OFFLOAD_ACCEL=0 or without the extension."""
     plugin = table.plugin
     config = plugin.config
     if not config.accel:
