@@ -83,6 +83,11 @@ def _scenario():
         lambda: offload.target_update(to=[a], from_=[a[:2]], device=0),
         lambda: offload.target_exit_data(offload.delete(a), device=0),
         lambda: offload.target_update(to=[a], device=0),              # absent: skipped
+        lambda: offload.target(k.inc, a, a.size, device=0),    # unmapped: tofrom for it
+        lambda: offload.target_enter_data(offload.to(a[:32]), device=0),
+        lambda: offload.target(k.inc, a[16:32], 16, device=0),        # inside a mapping
+        lambda: offload.target(k.inc, a, 16, device=0),     # its first bytes mapped: those
+        lambda: offload.target_exit_data(offload.from_(a[:32]), device=0),
     ]
     trace = []
     for step in steps:
