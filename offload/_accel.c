@@ -41,7 +41,7 @@ typedef int (*query_t)(void *);
 
 typedef struct {
   int kind;
-  uintptr_t set_ctx, ctx, h2d, d2h, query;
+  uintptr_t set_ctx, ctx, h2d, d2h, query, launch;
   double spin;                     /* seconds spun on the stream before Python polls */
   int nstreams;
   uintptr_t stream[MAX_STREAMS];
@@ -69,7 +69,7 @@ static PyObject *s_acquire, *s_release;
 static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
-    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned;
+    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel;
 
 /* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
  * dropped. */
@@ -732,6 +732,100 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
   return add_stat(a, to_device ? s_to_pinned : s_from_pinned, n) < 0 ? -1 : 1;
 }
 
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void *, void **, void **);
+
+/* Launch kernel `spec` = (function, grid, block, shared bytes, parameter sizes, name, what)
+ * with the integer arguments `kargs` on one of the copier's streams and wait, as
+ * CUDADevice._launch_impl's one-call path: 1 done, 0 not here (nothing done), -1 an
+ * exception. */
+static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
+  Copier *c = &a->copier;
+  unsigned long long fn;
+  unsigned grid, block, shared;
+  PyObject *sizes, *name, *what;
+  if (c->kind != COPY_CUDA || !c->launch ||
+      !PyArg_ParseTuple(spec, "KIIIO!UU", &fn, &grid, &block, &shared, &PyTuple_Type, &sizes,
+                        &name, &what)) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_ssize_t count = PyList_GET_SIZE(kargs);
+  if (count != PyTuple_GET_SIZE(sizes) || count > 32)
+    return 0;
+  uint64_t slot[32];
+  void *param[32];
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject *v = PyList_GET_ITEM(kargs, i);
+    long sz = PyLong_AsLong(PyTuple_GET_ITEM(sizes, i));
+    if (!PyLong_CheckExact(v) || sz < 1 || sz > 8) {
+      PyErr_Clear();
+      return 0;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (PyErr_Occurred() || (sz < 8 && (x >> (8 * sz)))) {
+      PyErr_Clear();                            /* negative or too large: Python packs */
+      return 0;
+    }
+    slot[i] = x;                                /* little-endian: the low sz bytes */
+    param[i] = &slot[i];
+  }
+  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);
+  if (!dead) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_DECREF(dead);
+  if (dead != Py_None)
+    return 0;
+  int s = -1;
+  for (int i = 0; i < c->nstreams; i++)
+    if (!c->taken[i]) {
+      s = i;
+      break;
+    }
+  if (s < 0)
+    return 0;
+  if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
+    return -1;
+  c->taken[s] = 1;
+  void *stream = (void *)c->stream[s];
+  query_t query = (query_t)c->query;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
+  if (rc == 0)
+    rc = ((cu_launch_t)c->launch)((void *)fn, grid, 1, 1, block, 1, 1, shared, stream,
+                                  count ? param : NULL, NULL);
+  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
+    double until = seconds() + c->spin;
+    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  Py_END_ALLOW_THREADS
+  if (rc == CU_NOT_READY) {
+    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
+    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
+    if (!r)
+      return -1;
+    rc = (int)PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (rc == -1 && PyErr_Occurred())
+      return -1;
+  }
+  c->taken[s] = 0;
+  if (rc) {
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *call[2] = {code, what};
+    PyObject *r = code ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
+    Py_XDECREF(code);
+    if (!r)
+      return -1;
+    Py_DECREF(r);
+  }
+  return 1;
+}
+
 /* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
 static int release_one(Accel *a, PyObject *e) {
   PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
@@ -817,12 +911,16 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
  * with a made mapping: that entry is marked in use (once per argument) and the argument
  * becomes its device address; exact ints and floats pass as they are. None, with
  * nothing marked, for anything else (the Python path decides). */
+static PyObject *release_list(Accel *a, PyObject *entries);
+
 static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
-  if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || !PyTuple_Check(args[0]) || !ndarray_type) {
-    PyErr_SetString(PyExc_TypeError, "present(args: tuple)");
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (kwnames || nargs < 1 || nargs > 2 || !PyTuple_Check(args[0]) || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "present(args: tuple, launch=None)");
     return NULL;
   }
+  PyObject *spec = nargs > 1 && args[1] != Py_None ? args[1] : NULL;
   PyObject *given = args[0];
   Py_ssize_t count = PyTuple_GET_SIZE(given);
   long long info;
@@ -905,6 +1003,27 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
   unlock(R(a, RELEASE));
+  if (spec) {                          /* and the launch, here: True once it ran */
+    int ran = launch_now(a, spec, kargs);
+    PyObject *typ = NULL, *err = NULL, *tb = NULL;
+    if (ran < 0)
+      PyErr_Fetch(&typ, &err, &tb);
+    PyObject *r = release_list(a, marked);
+    Py_DECREF(kargs);
+    Py_DECREF(marked);
+    if (ran < 0) {
+      Py_XDECREF(r);
+      PyErr_Clear();
+      PyErr_Restore(typ, err, tb);
+      return NULL;
+    }
+    if (!r)
+      return NULL;
+    Py_DECREF(r);
+    if (ran == 0)
+      Py_RETURN_NONE;                  /* released: the Python path launches */
+    Py_RETURN_TRUE;
+  }
   return Py_BuildValue("(NN)", kargs, marked);
 none:
   PyErr_Clear();
@@ -920,13 +1039,17 @@ static PyObject *Accel_release(Accel *a, PyObject *const *args, size_t nargsf,
     PyErr_SetString(PyExc_TypeError, "release(entries: list)");
     return NULL;
   }
+  return release_list(a, args[0]);
+}
+
+static PyObject *release_list(Accel *a, PyObject *entries) {
   PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
   if (!r)
     return NULL;
   Py_DECREF(r);
   int bad = 0;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]) && !bad; i++) {
-    PyObject *e = PyList_GET_ITEM(args[0], i);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++) {
+    PyObject *e = PyList_GET_ITEM(entries, i);
     PyObject *one = PyLong_FromLong(1);
     PyObject *less = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
     Py_XDECREF(one);
@@ -1126,10 +1249,12 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     if (!strcmp(how, "memcpy")) {
       c->kind = COPY_MEMCPY;
     } else if (!strcmp(how, "cuda")) {
-      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlL", &how, &set_ctx, &ctx, &h2d, &d2h,
+      unsigned long long launch = 0;
+      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLK", &how, &set_ctx, &ctx, &h2d, &d2h,
                             &query, &c->spin, &PyTuple_Type, &addrs, &PyTuple_Type, &objs,
-                            &poll, &check, &drv, &c->device, &c->split))
+                            &poll, &check, &drv, &c->device, &c->split, &launch))
         goto bad;
+      c->launch = launch;
       Py_ssize_t ns = PyTuple_GET_SIZE(addrs);
       if (ns < 1 || ns > MAX_STREAMS || PyTuple_GET_SIZE(objs) != ns)
         goto bad_copier;
@@ -1460,6 +1585,7 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
   INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
   INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
+  INTERN(s_last_kernel, "last_kernel");
   INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt"); INTERN(s_live, "live"); INTERN(s_closing, "closing");
   INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
   INTERN(s_shutting, "is shutting down");

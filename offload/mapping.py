@@ -72,7 +72,7 @@ class MappingTable:
                                  MappingTable._release, MappingTable.update_plain)
         #: with the accelerator: a region's arguments on mapped data, marked in use, as
         #: (device arguments, entries) or None; and release_busy for those entries
-        self.present: Callable[[tuple], Any] | None = None
+        self.present: Callable[..., Any] | None = None
         self.release_present: Callable[[list], Any] = self.release_busy
         if fast is not None:
             begin, end, update, present, release = fast

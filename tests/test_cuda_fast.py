@@ -138,7 +138,7 @@ def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
     monkeypatch.setattr(HostDevice, "accel_copier", lambda self: (
         "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
         1e-3, tuple(streams), tuple(f"stream{i}" for i in range(len(streams))), poll, check,
-        _Dead(), self.id, 0))
+        _Dead(), self.id, 0, addr(f["launch"])))
 
 
 @pytest.fixture
@@ -216,3 +216,41 @@ def test_unpinned_or_absent_updates_leave_the_copier_alone(accel_table, monkeypa
         assert (a == np.arange(64)).all()
     offload.target_update(to=[a], device=0)                # absent: skipped
     assert d.calls == []
+
+
+def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(accel_table,
+                                                                             monkeypatch):
+    """A region whose arrays are mapped goes to cuLaunchKernel in C (the stand-in records
+    it instead of running the host kernel), its arguments translated and packed."""
+    from offload.plugins.host import HostDevice
+    d = Driver(busy_polls=1)
+    polls, checks = [], []
+    _cuda_copier(monkeypatch, d, polls, checks)
+    specs = []
+
+    def spec(self, kernel, teams, threads, shared_mem):
+        specs.append((kernel.name, teams, threads, shared_mem))
+        return (0xF00, teams or 1, threads or 128, shared_mem, (8, 8), kernel.name,
+                f"cuLaunchKernel({kernel.name})")
+    monkeypatch.setattr(HostDevice, "accel_launch", spec)
+    accel_table()
+    dev = offload.runtime.current().device(0)
+    k = offload.compile_c("void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i]++; }")
+    a = np.zeros(16, dtype=np.int32)
+    with offload.target_data(offload.tofrom(a), device=0):
+        tgt = offload.omp_get_mapped_ptr(a, 0)
+        d.calls.clear()
+        offload.target(k.inc, a, a.size, device=0, teams=3, threads=64)
+        assert d.calls[0] == ("ctx", 0xC7)
+        assert d.calls[1] == ("launch", 0xF00, 3, 1, 1, 64, 1, 1, 0, 0x51, tgt, True)
+        assert d.calls[2:] == [("query",)] * 2 and not checks
+        assert [e.busy for e in dev.table.entries()] == [0]
+        d.op_rc = 719                                    # CUDA_ERROR_LAUNCH_FAILED
+        with pytest.raises(offload.OffloadError, match="cuLaunchKernel"):
+            offload.target(k.inc, a, a.size, device=0)
+        assert checks == [(719, "cuLaunchKernel(inc)")]
+        assert [e.busy for e in dev.table.entries()] == [0]
+        d.op_rc = 0
+        offload.target(k.inc, a, -1, device=0)          # negative: Python packs and runs
+    assert (a == 0).all()                                # the host kernel never ran
+    assert specs[0] == ("inc", 3, 64, 0)

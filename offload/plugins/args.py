@@ -213,6 +213,8 @@ class GenericKernel:
     accepted: set = field(default_factory=set)
     #: the plugin's own per-kernel launch state (reusable argument buffers), made lazily
     launch_state: Any = None
+    #: the plugin's launch specs for the accelerator, by geometry (accel_launch)
+    fast_launch: dict = field(default_factory=dict)
 
 
 _KINDS_KEPT = 64          # accepted argument kinds remembered per kernel

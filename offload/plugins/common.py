@@ -72,6 +72,12 @@ class GenericDevice:
         `accelerate` there), or None: the Python path."""
         return None
 
+    def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
+                     shared_mem: int) -> tuple | None:
+        """How offload/_accel.c may launch `kernel` with this geometry and wait, or None:
+        the Python path (`launch`)."""
+        return None
+
     # ---- vendor hooks -----------------------------------------------------
     def _init_impl(self) -> None: ...
     def _deinit_impl(self) -> None: ...

@@ -237,7 +237,32 @@ class CUDADevice(GenericDevice):
             return _poll(drv.lib.cuStreamQuery, stream)
         return ("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d), addr(fast.d2h),
                 addr(fast.query), _SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
-                poll, drv.check, drv, self.id, self.plugin.pin_split or 0)
+                poll, drv.check, drv, self.id, self.plugin.pin_split or 0, addr(fast.launch))
+
+    def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
+                     shared_mem: int) -> tuple | None:
+        """The launch of `kernel` with this geometry as offload/_accel.c makes it (the
+        one-call path of _launch_impl), or None where that path does not apply or the
+        geometry is refused (_launch_impl then explains). Kept per kernel and geometry."""
+        key = (teams, threads, shared_mem)
+        spec = kernel.fast_launch.get(key)
+        if spec is not None or self.plugin.fast is None:
+            return spec
+        fn, max_threads = kernel.handle
+        try:
+            grid, block = int(teams or 1), int(threads or 128)
+        except (TypeError, ValueError):
+            return None
+        sizes = tuple(kernel.params)
+        if not (1 <= block <= min(max_threads, self.max_block) and 1 <= grid <= self.max_grid
+                and 0 <= shared_mem <= SHARED_DEFAULT and len(sizes) <= 32
+                and all(sz in _UNSIGNED for sz in sizes)):
+            return None
+        spec = (int(_ffi.cast("uintptr_t", fn)), grid, block, shared_mem, sizes, kernel.name,
+                f"cuLaunchKernel({kernel.name}, grid={grid}, block={block})")
+        if len(kernel.fast_launch) < 64:
+            kernel.fast_launch[key] = spec
+        return spec
 
     def _finish_fast(self, rc: int, q: Any, what: str) -> None:
         """After a helper call on our queue `q`: poll on when it outlasted the spin, give
