@@ -1071,6 +1071,38 @@ static PyObject *release_list(Accel *a, PyObject *entries) {
   Py_RETURN_NONE;
 }
 
+/* update_arrays(to, from_): target_update's common call, one plain numpy array in all
+ * (see plain_array), made as update_plain makes it: True; None when the lists hold
+ * anything else (nothing done: the Python path). */
+static PyObject *Accel_update_arrays(Accel *a, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "update_arrays(to, from_)");
+    return NULL;
+  }
+  PyObject *to = args[0], *from = args[1];
+  if (!(PyList_CheckExact(to) || PyTuple_CheckExact(to)) ||
+      !(PyList_CheckExact(from) || PyTuple_CheckExact(from)) ||
+      PySequence_Fast_GET_SIZE(to) + PySequence_Fast_GET_SIZE(from) != 1)
+    Py_RETURN_NONE;
+  long t = PySequence_Fast_GET_SIZE(to) ? 1 : 2;
+  PyObject *arr = PySequence_Fast_GET_ITEM(t == 1 ? to : from, 0);
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro;
+  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || plain_buffer(arr, t, &p, &n, &ro) != 1)
+    Py_RETURN_NONE;
+  PyObject *argv[3] = {PyLong_FromUnsignedLongLong((unsigned long long)p),
+                       PyLong_FromSsize_t(n), PyLong_FromLong(t)};
+  PyObject *r = argv[0] && argv[1] && argv[2]
+                    ? Accel_update(a, argv, 3, NULL) : NULL;
+  Py_XDECREF(argv[0]); Py_XDECREF(argv[1]); Py_XDECREF(argv[2]);
+  if (!r)
+    return NULL;
+  Py_DECREF(r);
+  Py_RETURN_TRUE;
+}
+
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
     Py_VISIT(a->ref[i]);
@@ -1157,7 +1189,7 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 }
 
 /* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
- *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release)
+ *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays)
  * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
@@ -1278,12 +1310,14 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *u = bound(a, (vectorcallfunc)Accel_update);
   PyObject *pr = bound(a, (vectorcallfunc)Accel_present);
   PyObject *rl = bound(a, (vectorcallfunc)Accel_release);
+  PyObject *ua = bound(a, (vectorcallfunc)Accel_update_arrays);
   Py_DECREF(a);
-  if (!b || !e || !u || !pr || !rl) {
+  if (!b || !e || !u || !pr || !rl || !ua) {
     Py_XDECREF(b); Py_XDECREF(e); Py_XDECREF(u); Py_XDECREF(pr); Py_XDECREF(rl);
+    Py_XDECREF(ua);
     return NULL;
   }
-  return Py_BuildValue("(NNNNN)", b, e, u, pr, rl);
+  return Py_BuildValue("(NNNNNN)", b, e, u, pr, rl, ua);
 bad_copier:
   PyErr_SetString(PyExc_ValueError, "offload accelerator: a copier is None, ('memcpy',) or "
                   "('cuda', ...)");
@@ -1566,7 +1600,7 @@ static PyMethodDef methods[] = {
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
-     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release) "
+     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays) "
      "for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 

@@ -111,9 +111,10 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]
                ) -> tuple[Callable[..., Any] | None, ...] | None:
-    """(begin_plain, end_plain, update_plain, present, release) in C for `table`, each None
-    where the Python method stays, or None for all. present/release: the first half of a
-    region on mapped data and release_busy for the entries it marked (target.py). The C
+    """(begin_plain, end_plain, update_plain, present, release, update_arrays) in C for
+    `table`, each None where the Python method stays, or None for all. present/release:
+    the first half of a region on mapped data and release_busy for the entries it marked
+    (target.py); update_arrays: target_update of one plain array (api.py). The C
     calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what they
     do not take; `release_py` frees an entry whose last copy back ran unlocked.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
@@ -131,8 +132,9 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     copier = dev.accel_copier()
     if not plain and copier is None:
         return None
-    begin, end, update, present, release = module.accelerate(
+    begin, end, update, present, release, arrays = module.accelerate(
         table, dev, plugin, entry_type, kind, threading.Lock, begin_py, end_py, release_py,
         update_py, LIMIT, plugin.staging_threshold, copier)
     return (begin if plain else None, end if plain else None,
-            update if copier is not None else None, present, release)
+            update if copier is not None else None, present, release,
+            arrays if copier is not None else None)

@@ -317,11 +317,16 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     """
     dev = _current().construct_device(device)
     if not nowait and not depend and stream is None:
-        if dev is not None and dev.table.plain_array is not None and not dev.table.info:
-            one = _one_motion(dev.table.plain_array, to, from_)
-            if one is not None:                # one array: in one step (MappingTable)
-                dev.table.update_plain(*one)
-                return None
+        if dev is not None and not dev.table.info:
+            arrays = dev.table.update_arrays
+            if arrays is not None:
+                if arrays(to, from_):          # one plain array, in one C call
+                    return None
+            elif dev.table.plain_array is not None:
+                one = _one_motion(dev.table.plain_array, to, from_)
+                if one is not None:            # one array: in one step (MappingTable)
+                    dev.table.update_plain(*one)
+                    return None
         motions = _plain_motions(to, from_)
         if motions is not None:                # the common case: arrays, nothing else
             if dev is not None:

@@ -74,8 +74,12 @@ class MappingTable:
         #: (device arguments, entries) or None; and release_busy for those entries
         self.present: Callable[..., Any] | None = None
         self.release_present: Callable[[list], Any] = self.release_busy
+        #: with the accelerator: target_update(to, from_) of one plain array, done (True),
+        #: or None when the lists hold anything else
+        self.update_arrays: Callable[[Any, Any], Any] | None = None
         if fast is not None:
-            begin, end, update, present, release = fast
+            begin, end, update, present, release, arrays = fast
+            self.update_arrays = arrays
             if begin is not None and end is not None:
                 self.begin_plain, self.end_plain = begin, end  # type: ignore[method-assign]
             if update is not None:
