@@ -18,6 +18,140 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <pythread.h>
+
+/* Lock: threading.Lock's interface (acquire(blocking=True, timeout=-1), release, locked,
+ * the context manager) over a PyThread lock that the accelerator's C paths take and
+ * release directly. Tables and devices use it when the accelerator loads. A blocked
+ * acquire waits with the GIL released (not interrupted by signals: tables hold it for
+ * microseconds). */
+typedef struct {
+  PyObject_HEAD
+  PyThread_type_lock lock;
+  char held;
+} Lock;
+
+static int lock_take(Lock *l) {                 /* without blocking: 1 taken, 0 held */
+  if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK))
+    return 0;
+  l->held = 1;
+  return 1;
+}
+
+static void lock_give(Lock *l) {
+  l->held = 0;
+  PyThread_release_lock(l->lock);
+}
+
+static int lock_wait(Lock *l, PY_TIMEOUT_T microseconds) {   /* 1 taken, 0 timed out */
+  if (lock_take(l))
+    return 1;
+  if (microseconds == 0)
+    return 0;
+  PyLockStatus r;
+  Py_BEGIN_ALLOW_THREADS
+  r = PyThread_acquire_lock_timed(l->lock, microseconds, 0);
+  Py_END_ALLOW_THREADS
+  if (r != PY_LOCK_ACQUIRED)
+    return 0;
+  l->held = 1;
+  return 1;
+}
+
+static PyObject *Lock_acquire(Lock *l, PyObject *args, PyObject *kw) {
+  static char *names[] = {"blocking", "timeout", NULL};
+  int blocking = 1;
+  double timeout = -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|pd:acquire", names, &blocking, &timeout))
+    return NULL;
+  if (!blocking && timeout != -1) {
+    PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+    return NULL;
+  }
+  if (timeout < 0 && timeout != -1) {
+    PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+    return NULL;
+  }
+  PY_TIMEOUT_T us = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+  return PyBool_FromLong(lock_wait(l, us));
+}
+
+static PyObject *Lock_enter(Lock *l, PyObject *unused) {
+  (void)unused;
+  lock_wait(l, -1);
+  Py_RETURN_TRUE;
+}
+
+static PyObject *Lock_release(Lock *l, PyObject *unused) {
+  (void)unused;
+  if (!l->held) {
+    PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+    return NULL;
+  }
+  lock_give(l);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Lock_exit(Lock *l, PyObject *args) {
+  (void)args;
+  return Lock_release(l, NULL);
+}
+
+static PyObject *Lock_locked(Lock *l, PyObject *unused) {
+  (void)unused;
+  return PyBool_FromLong(l->held);
+}
+
+static PyObject *Lock_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+    PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+    return NULL;
+  }
+  Lock *l = (Lock *)type->tp_alloc(type, 0);
+  if (!l)
+    return NULL;
+  if (!(l->lock = PyThread_allocate_lock())) {
+    Py_DECREF(l);
+    PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+    return NULL;
+  }
+  return (PyObject *)l;
+}
+
+static void Lock_dealloc(Lock *l) {
+  if (l->lock) {
+    if (l->held)
+      PyThread_release_lock(l->lock);
+    PyThread_free_lock(l->lock);
+  }
+  Py_TYPE(l)->tp_free((PyObject *)l);
+}
+
+static PyObject *Lock_repr(Lock *l) {
+  return PyUnicode_FromFormat("<offload lock %s>", l->held ? "locked" : "unlocked");
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool"},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, "release()"},
+    {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "locked() -> bool"},
+    {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Lock_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload._accel_c.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Lock_new,
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_repr = (reprfunc)Lock_repr,
+    .tp_methods = Lock_methods,
+    .tp_doc = "A lock with threading.Lock's interface that offload's C paths take directly.",
+};
+
 /* Slots of HostDataToTarget, by their offsets in the object. */
 enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
        FAILED, WHERE_, BUSY, VIEWS, SHADOWS, NSLOTS };
@@ -57,6 +191,7 @@ typedef struct {
   Py_ssize_t limit;       /* largest copy made under the table lock */
   Py_ssize_t stage;       /* the plugin's staging threshold (-1: none) */
   Copier copier;
+  Lock *tlock, *dlock;    /* the table's and the device's locks, when of our type */
 } Accel;
 
 #define R(a, i) ((a)->ref[i])
@@ -70,6 +205,34 @@ static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
     *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel;
+
+static int try_lock(PyObject *acquire);
+static void unlock(PyObject *release);
+
+/* The table's lock (t) or the device's (!t): taken without blocking (1, else 0), taken
+ * waiting (1, else -1 with an exception), given back. */
+static int hold_try(Accel *a, int t) {
+  Lock *l = t ? a->tlock : a->dlock;
+  return l ? lock_take(l) : try_lock(R(a, t ? ACQUIRE : DEV_ACQUIRE));
+}
+
+static int hold_wait(Accel *a) {
+  if (a->tlock)
+    return lock_wait(a->tlock, -1);
+  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));
+  if (!r)
+    return -1;
+  Py_DECREF(r);
+  return 1;
+}
+
+static void hold_give(Accel *a, int t) {
+  Lock *l = t ? a->tlock : a->dlock;
+  if (l)
+    lock_give(l);
+  else
+    unlock(R(a, t ? RELEASE : DEV_RELEASE));
+}
 
 /* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
  * dropped. */
@@ -270,7 +433,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   PyObject *busy = nargs > 5 ? args[5] : Py_None;
   if (busy != Py_None && !PyList_CheckExact(busy))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
-  if (!try_lock(R(a, ACQUIRE)))
+  if (!hold_try(a, 1))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
   PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   PyObject *result = NULL, *one = NULL;
@@ -317,7 +480,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   if (!plain_copy(a, n))
     goto slow;
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
-  if (!(dev_locked = try_lock(R(a, DEV_ACQUIRE))))
+  if (!(dev_locked = hold_try(a, 0)))
     goto slow;
   PyObject *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), no);
   Py_ssize_t nb = blocks && PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : 0;
@@ -336,7 +499,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
             PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
   Py_XDECREF(rec);
   Py_XDECREF(left);
-  unlock(R(a, DEV_RELEASE));
+  hold_give(a, 0);
   dev_locked = 0;
   if (bad) {
     Py_DECREF(addr);
@@ -395,7 +558,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   }
   Py_DECREF(ent);
   if (big) {
-    unlock(R(a, RELEASE));                       /* others wait on `ready` meanwhile */
+    hold_give(a, 1);                       /* others wait on `ready` meanwhile */
     if (t & 1) {
       Py_BEGIN_ALLOW_THREADS
       memcpy((void *)tgt, (const void *)p, (size_t)n);
@@ -424,14 +587,14 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
 slow:
   PyErr_Clear();
   if (dev_locked)
-    unlock(R(a, DEV_RELEASE));
-  unlock(R(a, RELEASE));
+    hold_give(a, 0);
+  hold_give(a, 1);
   Py_XDECREF(one);
   return fallback(a, BEGIN_PY, args, nargs, kwnames);
 done:
   if (dev_locked)
-    unlock(R(a, DEV_RELEASE));
-  unlock(R(a, RELEASE));
+    hold_give(a, 0);
+  hold_give(a, 1);
   Py_XDECREF(one);
   return result;
 }
@@ -459,7 +622,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   if (back < 0)
     return NULL;
   long own = mine != Py_None;
-  if (!try_lock(R(a, ACQUIRE)))
+  if (!hold_try(a, 1))
     return fallback(a, END_PY, args, nargs, kwnames);
   PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   PyObject *po = args[0], *result = NULL, *gone_owner = NULL, *keep = NULL;
@@ -488,7 +651,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   int big = last && n > a->limit;        /* copied back outside the locks, then released */
   if (last && !big) {
     long long limit, bytes, sz;
-    if (!(dev_locked = try_lock(R(a, DEV_ACQUIRE))))
+    if (!(dev_locked = hold_try(a, 0)))
       goto slow;
     PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
     if (!rec || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 2 ||
@@ -515,7 +678,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
               PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
               PyDict_DelItem(by_start, po) < 0;
-    unlock(R(a, RELEASE));
+    hold_give(a, 1);
     if (!bad && back && (t & 2)) {
       Py_BEGIN_ALLOW_THREADS
       memcpy((void *)p, (const void *)tgt, (size_t)n);
@@ -584,13 +747,13 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
 slow:
   PyErr_Clear();
   if (dev_locked)
-    unlock(R(a, DEV_RELEASE));
-  unlock(R(a, RELEASE));
+    hold_give(a, 0);
+  hold_give(a, 1);
   return fallback(a, END_PY, args, nargs, kwnames);
 done:
   if (dev_locked)
-    unlock(R(a, DEV_RELEASE));
-  unlock(R(a, RELEASE));
+    hold_give(a, 0);
+  hold_give(a, 1);
   Py_XDECREF(gone_owner);
   Py_XDECREF(keep);
   return result;
@@ -828,10 +991,8 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
 
 /* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
 static int release_one(Accel *a, PyObject *e) {
-  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
-  if (!r)
+  if (hold_wait(a) < 0)                                        /* blocking, as Python */
     return -1;
-  Py_DECREF(r);
   int rc = 0;
   PyObject *one = PyLong_FromLong(1);
   PyObject *busy = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
@@ -847,7 +1008,7 @@ static int release_one(Accel *a, PyObject *e) {
     else
       rc = -1;
   }
-  unlock(R(a, RELEASE));
+  hold_give(a, 1);
   return rc;
 }
 
@@ -862,7 +1023,7 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !plain_args(a, args, &p, &n, &t) ||
       (t != 1 && t != 2))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
-  if (!try_lock(R(a, ACQUIRE)))
+  if (!hold_try(a, 1))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
   PyObject *e = PyDict_GetItemWithError(R(a, BY_START), args[0]);
   if (!e && !PyErr_Occurred()) {
@@ -879,13 +1040,13 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
       !(busy = PyNumber_Add(SLOT(a, e, BUSY), one))) {
     Py_XDECREF(one);
     PyErr_Clear();
-    unlock(R(a, RELEASE));
+    hold_give(a, 1);
     return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
   }
   Py_DECREF(one);
   put(a, e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
   Py_INCREF(e);
-  unlock(R(a, RELEASE));
+  hold_give(a, 1);
   int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);
   PyObject *typ = NULL, *err = NULL, *tb = NULL;
   if (done < 0)
@@ -951,7 +1112,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   }
   if (!any)
     goto none;
-  if (!try_lock(R(a, ACQUIRE)))
+  if (!hold_try(a, 1))
     goto none;
   PyObject *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   for (Py_ssize_t i = 0; i < count; i++) {
@@ -995,14 +1156,14 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
         Py_XDECREF(w);
         PyErr_Clear();
       }
-      unlock(R(a, RELEASE));
+      hold_give(a, 1);
       goto none;
     }
     Py_DECREF(one);
     put(a, e, BUSY, busy, NULL);
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
-  unlock(R(a, RELEASE));
+  hold_give(a, 1);
   if (spec) {                          /* and the launch, here: True once it ran */
     int ran = launch_now(a, spec, kargs);
     PyObject *typ = NULL, *err = NULL, *tb = NULL;
@@ -1043,10 +1204,8 @@ static PyObject *Accel_release(Accel *a, PyObject *const *args, size_t nargsf,
 }
 
 static PyObject *release_list(Accel *a, PyObject *entries) {
-  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));           /* blocking, as Python */
-  if (!r)
+  if (hold_wait(a) < 0)                                        /* blocking, as Python */
     return NULL;
-  Py_DECREF(r);
   int bad = 0;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++) {
     PyObject *e = PyList_GET_ITEM(entries, i);
@@ -1065,7 +1224,7 @@ static PyObject *release_list(Accel *a, PyObject *entries) {
     else
       bad = 1;
   }
-  unlock(R(a, RELEASE));
+  hold_give(a, 1);
   if (bad)
     return NULL;
   Py_RETURN_NONE;
@@ -1208,6 +1367,7 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   for (int i = 0; i < NREFS; i++)
     a->ref[i] = NULL;
   a->limit = limit;
+  a->tlock = a->dlock = NULL;
   memset(&a->copier, 0, sizeof a->copier);
   a->stage = stage == Py_None ? -1 : PyLong_AsSsize_t(stage);
   PyObject_GC_Track(a);
@@ -1258,6 +1418,8 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     a->ref[POOL] = pool;
     pool = NULL;
   }
+  a->tlock = ok && Py_IS_TYPE(lock, &LockType) ? (Lock *)lock : NULL;   /* kept alive by */
+  a->dlock = ok && Py_IS_TYPE(dev_lock, &LockType) ? (Lock *)dev_lock : NULL;  /* ACQUIRE */
   Py_XDECREF(lock);
   Py_XDECREF(dev_lock);
   if (!ok)
@@ -1624,10 +1786,11 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
   INTERN(s_shutting, "is shutting down");
   if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||
-      PyType_Ready(&OperationType) < 0)
+      PyType_Ready(&OperationType) < 0 || PyType_Ready(&LockType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&module);
-  if (m && PyModule_AddObjectRef(m, "Operation", (PyObject *)&OperationType) < 0) {
+  if (m && (PyModule_AddObjectRef(m, "Operation", (PyObject *)&OperationType) < 0 ||
+            PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0)) {
     Py_DECREF(m);
     return NULL;
   }

@@ -88,6 +88,13 @@ def load() -> ModuleType | None:
         return _loaded[0]
 
 
+def new_lock(config: _config.Config) -> Any:
+    """A lock for a table or a device: the extension's Lock (threading.Lock's interface,
+    taken by the C paths directly), or threading.Lock without it."""
+    module = load() if config.accel else None
+    return threading.Lock() if module is None else module.Lock()
+
+
 def plain_function(config: _config.Config, ndarray: type, not_plain: int,
                    python: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
     """MapClause.plain (`python`) in C, as a function of the clause, or None without the

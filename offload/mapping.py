@@ -60,7 +60,7 @@ class MappingTable:
         self.number = number          # global device number, for messages
         self.info = int(info)
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
-        self._lock = threading.Lock()
+        self._lock = _accel.new_lock(plugin.config)
         self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
         self._waiting = 0                                  # threads waiting on _idle
         self._starts: list[int] = []

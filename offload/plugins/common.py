@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from .. import _accel
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
@@ -54,7 +55,7 @@ class GenericDevice:
         self.id = local_id
         self._allocs: dict[int, tuple[int, AllocKind]] = {}
         self._alloc_starts: list[int] | None = []   # sorted keys of _allocs (None: stale)
-        self._lock = threading.Lock()
+        self._lock = _accel.new_lock(plugin.config)
         self._loaded: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], GenericKernel] = {}
         self._omp_programs: dict[bytes, Any] = {}   # clang OpenMP images loaded (C API)
