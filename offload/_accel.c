@@ -781,8 +781,10 @@ static uintptr_t pinned_via(Accel *a, uintptr_t p, Py_ssize_t n) {
   }
   uintptr_t via = 0;
   PyObject *lock = PyObject_GetAttr(pinned, s_lock_attr), *starts = NULL, *entries = NULL;
-  PyObject *acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL;
-  if (!acquire || !try_lock(acquire))
+  PyObject *acquire = NULL;
+  int ours = lock && Py_IS_TYPE(lock, &LockType);
+  if (ours ? !lock_take((Lock *)lock)
+           : !(acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL) || !try_lock(acquire))
     goto out_nolock;
   starts = PyObject_GetAttr(pinned, s_starts);
   entries = PyObject_GetAttr(pinned, s_entries_attr);
@@ -807,7 +809,10 @@ static uintptr_t pinned_via(Accel *a, uintptr_t p, Py_ssize_t n) {
       Py_XDECREF(host); Py_XDECREF(size); Py_XDECREF(pending); Py_XDECREF(devs);
     }
   }
-  unlock_lock(lock);
+  if (ours)
+    lock_give((Lock *)lock);
+  else
+    unlock_lock(lock);
 out_nolock:
   PyErr_Clear();
   Py_XDECREF(starts); Py_XDECREF(entries); Py_XDECREF(acquire); Py_XDECREF(lock);

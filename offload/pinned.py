@@ -69,8 +69,10 @@ class PinnedEntry:
 class PinnedMap:
     """Non-overlapping pinned ranges, sorted by start: O(log n) lookups."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: Any = None) -> None:
+        """`lock`: the lock to guard the map with (threading.Lock's interface; default a
+        new threading.Lock)."""
+        self._lock = threading.Lock() if lock is None else lock
         self._starts: list[int] = []
         self._entries: list[PinnedEntry] = []
 

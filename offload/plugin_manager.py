@@ -65,7 +65,8 @@ class PluginManager:
         self.clashes: list[str] = []
         self._lock = threading.Lock()
         self._devices: list[tuple[GenericPlugin, int]] = []
-        self._device_objects: dict[int, Device] = {}
+        #: global number -> Device, filled as devices are first used (emptied at shutdown)
+        self.devices_made: dict[int, Device] = {}
         self._shut = False
         self._initial: GenericPlugin | None = None
         self._load_plugins()
@@ -107,11 +108,11 @@ class PluginManager:
 
     def get_device(self, n: int) -> Device:
         """The Device for global number n; the list lock is held until we have it."""
-        dev = self._device_objects.get(n)          # made once, never moved: no lock needed
+        dev = self.devices_made.get(n)          # made once, never moved: no lock needed
         if dev is not None:
             return dev
         with self._lock:
-            dev = self._device_objects.get(n)
+            dev = self.devices_made.get(n)
             if dev is not None:
                 return dev
             if self._shut:
@@ -122,7 +123,7 @@ class PluginManager:
                                    f"{len(self._devices)} devices available")
             plugin, local = self._devices[n]
             plugin.init_device(local)
-            dev = self._device_objects[n] = Device(n, plugin, local, self.config)
+            dev = self.devices_made[n] = Device(n, plugin, local, self.config)
             return dev
 
     def initial_plugin(self) -> GenericPlugin:
@@ -145,7 +146,7 @@ class PluginManager:
 
     def initialized(self) -> list[Device]:
         with self._lock:
-            return list(self._device_objects.values())
+            return list(self.devices_made.values())
 
     @property
     def is_shut(self) -> bool:
@@ -157,7 +158,7 @@ class PluginManager:
             if self._shut:
                 return
             self._shut = True
-            devices = list(self._device_objects.values())
+            devices = list(self.devices_made.values())
         for dev in devices:
             dev.table.clear()
         for plugin in self.plugins + ([self._initial] if self._initial else []):
@@ -171,5 +172,5 @@ class PluginManager:
         for plugin in self.plugins + ([self._initial] if self._initial else []):
             plugin.forget()
         self._devices = []
-        self._device_objects = {}
+        self.devices_made.clear()              # in place: runtimes look devices up in it
         self._shut = True

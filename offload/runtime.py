@@ -244,6 +244,7 @@ class Runtime:
         # operations in flight: one item each (deque append/pop are atomic, no lock)
         self._inflight: collections.deque = collections.deque()
         self._count = self.manager.num_devices()        # fixed once plugins are loaded
+        self._made = self.manager.devices_made           # number -> Device, once made
         self._mandatory = config.target_offload is TargetOffload.MANDATORY
 
     @property
@@ -290,6 +291,10 @@ class Runtime:
         As `device`, except that with OMP_TARGET_OFFLOAD=mandatory and no device at all
         every construct fails, the initial device included (LLVM's
         offloading/mandatory_but_no_devices)."""
+        if type(n) is int and 0 <= n < self._count:      # a device made already: at once
+            dev = self._made.get(n)
+            if dev is not None:
+                return dev
         if self._mandatory and self._count == 0:
             raise OffloadError(ErrorCode.UNSUPPORTED,
                                "failure of target construct while offloading is mandatory\n"

@@ -285,9 +285,12 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     table = dev.table
     present = table.present
     if present is not None and type(args) is tuple:
-        spec = dev.generic.accel_launch(k, teams, threads, shared_mem)
-        if spec is not None and present(args, spec) is True:
-            return True                       # in C: marked, translated, launched
+        gen = dev.generic
+        if gen.accel_launches:
+            spec = k.fast_launch.get((teams, threads, shared_mem)) or \
+                gen.accel_launch(k, teams, threads, shared_mem)
+            if spec is not None and present(args, spec) is True:
+                return True                   # in C: marked, translated, launched
         found = present(args)                 # in C: marked, translated (or None)
         if found is not None:
             kargs, busy = found

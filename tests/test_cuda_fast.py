@@ -233,6 +233,7 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
         return (0xF00, teams or 1, threads or 128, shared_mem, (8, 8), kernel.name,
                 f"cuLaunchKernel({kernel.name})")
     monkeypatch.setattr(HostDevice, "accel_launch", spec)
+    monkeypatch.setattr(HostDevice, "accel_launches", True)
     accel_table()
     dev = offload.runtime.current().device(0)
     k = offload.compile_c("void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i]++; }")

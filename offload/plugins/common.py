@@ -73,10 +73,13 @@ class GenericDevice:
         `accelerate` there), or None: the Python path."""
         return None
 
+    #: whether accel_launch may give specs (else regions do not ask)
+    accel_launches = False
+
     def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
                      shared_mem: int) -> tuple | None:
-        """How offload/_accel.c may launch `kernel` with this geometry and wait, or None:
-        the Python path (`launch`)."""
+        """How offload/_accel.c may launch `kernel` with this geometry and wait (kept in
+        kernel.fast_launch by geometry), or None: the Python path (`launch`)."""
         return None
 
     # ---- vendor hooks -----------------------------------------------------
@@ -454,7 +457,7 @@ class GenericPlugin(Generic[DeviceT]):
 
     def __init__(self, config: Config):
         self.config = config
-        self.pinned = PinnedMap()
+        self.pinned = PinnedMap(_accel.new_lock(self.config))
         self.reason = ""               # why this plugin has no devices
         self._devices: list[DeviceT | None] = []
         self._lock = threading.Lock()
@@ -797,6 +800,6 @@ class GenericPlugin(Generic[DeviceT]):
 
     def forget(self) -> None:
         """After fork(): drop every record without a driver call."""
-        self.pinned = PinnedMap()
+        self.pinned = PinnedMap(_accel.new_lock(self.config))
         self._devices = []
         self._count = None

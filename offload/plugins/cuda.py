@@ -239,6 +239,8 @@ class CUDADevice(GenericDevice):
                 addr(fast.query), _SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
                 poll, drv.check, drv, self.id, self.plugin.pin_split or 0, addr(fast.launch))
 
+    accel_launches = True
+
     def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
                      shared_mem: int) -> tuple | None:
         """The launch of `kernel` with this geometry as offload/_accel.c makes it (the
