@@ -204,7 +204,8 @@ static PyObject *s_acquire, *s_release;
 static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
-    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel;
+    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel,
+    *s_h2d_name, *s_d2h_name;
 
 static int try_lock(PyObject *acquire);
 static void unlock(PyObject *release);
@@ -820,6 +821,83 @@ out_nolock:
   return via;
 }
 
+/* What one CUDA operation enqueues: a copy or a kernel launch (run without the GIL). */
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void *, void **, void **);
+typedef struct {
+  int launch;                      /* 0: copy(dst, src, size), 1: launch */
+  cu_copy_t copy;
+  uintptr_t dst, src;
+  size_t size;
+  void *fn;
+  unsigned grid, block, shared;
+  void **params;
+} CuWork;
+
+/* Whether the copier may run work now: the context alive (CUDADriver.alive()). */
+static int cuda_alive(Accel *a) {
+  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);
+  if (!dead) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_DECREF(dead);
+  return dead == Py_None;                      /* else Python raises the sticky error */
+}
+
+/* Run `w` on a free stream of the copier and wait for it, as the one-call paths of
+ * CUDADevice do: the context made current, the work enqueued and spun on with the GIL
+ * released, a longer wait polled by Python (Ctrl-C works), an error raised by the
+ * driver's check as `what`'s. 1 done, 0 no free stream (nothing done), -1 an exception. */
+static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
+  Copier *c = &a->copier;
+  int s = -1;
+  for (int i = 0; i < c->nstreams; i++)
+    if (!c->taken[i]) {
+      s = i;
+      break;
+    }
+  if (s < 0)
+    return 0;
+  c->taken[s] = 1;                             /* under the GIL: ours alone */
+  void *stream = (void *)c->stream[s];
+  query_t query = (query_t)c->query;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
+  if (rc == 0)
+    rc = w->launch ? ((cu_launch_t)c->launch)(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared,
+                                              stream, w->params, NULL)
+                   : w->copy(w->dst, w->src, w->size, stream);
+  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
+    double until = seconds() + c->spin;
+    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  Py_END_ALLOW_THREADS
+  if (rc == CU_NOT_READY) {
+    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
+    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
+    if (!r)
+      return -1;                               /* interrupted: the stream stays out */
+    rc = (int)PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (rc == -1 && PyErr_Occurred())
+      return -1;
+  }
+  c->taken[s] = 0;
+  if (rc) {
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *call[2] = {code, what};
+    PyObject *r = code ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
+    Py_XDECREF(code);
+    if (!r)
+      return -1;
+    Py_DECREF(r);
+  }
+  return 1;
+}
+
 /* One update copy of n bytes between host p and device tgt: 1 done, 0 not here (nothing
  * done: the caller takes the Python path), -1 an exception. */
 static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssize_t n) {
@@ -840,68 +918,16 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
   }
   if (c->kind != COPY_CUDA)
     return 0;
-  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);   /* CUDADriver.alive() */
-  if (!dead) {
-    PyErr_Clear();
+  if (!cuda_alive(a) || !pinned_via(a, p, n))
     return 0;
-  }
-  Py_DECREF(dead);
-  if (dead != Py_None)
-    return 0;                                  /* Python raises the sticky error */
-  if (!pinned_via(a, p, n))
-    return 0;
-  int s = -1;
-  for (int i = 0; i < c->nstreams; i++)
-    if (!c->taken[i]) {
-      s = i;
-      break;
-    }
-  if (s < 0)
-    return 0;
-  c->taken[s] = 1;                             /* under the GIL: ours alone */
-  void *stream = (void *)c->stream[s];
-  uintptr_t dst = to_device ? tgt : p, src = to_device ? p : tgt;
-  cu_copy_t copy = (cu_copy_t)(to_device ? c->h2d : c->d2h);
-  query_t query = (query_t)c->query;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
-  if (rc == 0)
-    rc = copy(dst, src, (size_t)n, stream);
-  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
-    double until = seconds() + c->spin;
-    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
-      ;
-  }
-  Py_END_ALLOW_THREADS
-  if (rc == CU_NOT_READY) {                    /* longer: Python polls (Ctrl-C works) */
-    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
-    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
-    if (!r)
-      return -1;                               /* interrupted: the stream stays out */
-    rc = (int)PyLong_AsLong(r);
-    Py_DECREF(r);
-    if (rc == -1 && PyErr_Occurred())
-      return -1;
-  }
-  c->taken[s] = 0;
-  if (rc) {
-    PyObject *code = PyLong_FromLong(rc);
-    PyObject *what = PyUnicode_FromString(to_device ? "cuMemcpyHtoDAsync"
-                                                    : "cuMemcpyDtoHAsync");
-    PyObject *call[2] = {code, what};
-    PyObject *r = code && what ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
-    Py_XDECREF(code);
-    Py_XDECREF(what);
-    if (!r)
-      return -1;
-    Py_DECREF(r);
-  }
+  CuWork w = {0, (cu_copy_t)(to_device ? c->h2d : c->d2h), to_device ? tgt : p,
+              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL};
+  PyObject *what = to_device ? s_h2d_name : s_d2h_name;
+  int done = on_stream(a, &w, what);
+  if (done <= 0)
+    return done;
   return add_stat(a, to_device ? s_to_pinned : s_from_pinned, n) < 0 ? -1 : 1;
 }
-
-typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, void *, void **, void **);
 
 /* Launch kernel `spec` = (function, grid, block, shared bytes, parameter sizes, name, what)
  * with the integer arguments `kargs` on one of the copier's streams and wait, as
@@ -938,60 +964,12 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
     slot[i] = x;                                /* little-endian: the low sz bytes */
     param[i] = &slot[i];
   }
-  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);
-  if (!dead) {
-    PyErr_Clear();
-    return 0;
-  }
-  Py_DECREF(dead);
-  if (dead != Py_None)
-    return 0;
-  int s = -1;
-  for (int i = 0; i < c->nstreams; i++)
-    if (!c->taken[i]) {
-      s = i;
-      break;
-    }
-  if (s < 0)
+  if (!cuda_alive(a))
     return 0;
   if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
     return -1;
-  c->taken[s] = 1;
-  void *stream = (void *)c->stream[s];
-  query_t query = (query_t)c->query;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
-  if (rc == 0)
-    rc = ((cu_launch_t)c->launch)((void *)fn, grid, 1, 1, block, 1, 1, shared, stream,
-                                  count ? param : NULL, NULL);
-  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
-    double until = seconds() + c->spin;
-    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
-      ;
-  }
-  Py_END_ALLOW_THREADS
-  if (rc == CU_NOT_READY) {
-    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
-    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
-    if (!r)
-      return -1;
-    rc = (int)PyLong_AsLong(r);
-    Py_DECREF(r);
-    if (rc == -1 && PyErr_Occurred())
-      return -1;
-  }
-  c->taken[s] = 0;
-  if (rc) {
-    PyObject *code = PyLong_FromLong(rc);
-    PyObject *call[2] = {code, what};
-    PyObject *r = code ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
-    Py_XDECREF(code);
-    if (!r)
-      return -1;
-    Py_DECREF(r);
-  }
-  return 1;
+  CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL};
+  return on_stream(a, &w, what);
 }
 
 /* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
@@ -1786,7 +1764,8 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
   INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
   INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
-  INTERN(s_last_kernel, "last_kernel");
+  INTERN(s_last_kernel, "last_kernel"); INTERN(s_h2d_name, "cuMemcpyHtoDAsync");
+  INTERN(s_d2h_name, "cuMemcpyDtoHAsync");
   INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt"); INTERN(s_live, "live"); INTERN(s_closing, "closing");
   INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
   INTERN(s_shutting, "is shutting down");

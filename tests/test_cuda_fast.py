@@ -1,12 +1,14 @@
-"""The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py),
-driven through stand-in driver functions (cffi callbacks), so it runs without a GPU.
-The GPU suites (test_cuda.py, test_cuda_faults.py) exercise it on the real driver."""
+"""The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py)
+and the accelerator's CUDA copier and launcher (offload/_accel.c), driven through stand-in
+driver functions (cffi callbacks), so they run without a GPU. The GPU suites (test_cuda.py,
+test_cuda_faults.py, test_plain_paths.py) exercise them on the real driver."""
+import contextlib
+
 import cffi
 import numpy as np
 import pytest
 
 import offload
-
 from offload.plugins import _cuda_fast
 
 NOT_READY = 600
@@ -149,16 +151,29 @@ def accel_table(runtime):
     return runtime
 
 
-def test_the_accelerator_copies_a_pinned_update_through_the_driver_and_waits(accel_table,
-                                                                            monkeypatch):
-    d = Driver(busy_polls=2)
+def _start(accel_table, monkeypatch, d):
+    """A host runtime whose tables copy updates through `d`: (device, polls, checks)."""
     polls, checks = [], []
     _cuda_copier(monkeypatch, d, polls, checks)
     accel_table()
-    dev = offload.runtime.current().device(0)
-    a = np.arange(1024, dtype=np.int32)
+    return offload.runtime.current().device(0), polls, checks
+
+
+@contextlib.contextmanager
+def _pinned(a):
     offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
     try:
+        yield
+    finally:
+        offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_the_accelerator_copies_a_pinned_update_through_the_driver_and_waits(accel_table,
+                                                                            monkeypatch):
+    d = Driver(busy_polls=2)
+    dev, polls, checks = _start(accel_table, monkeypatch, d)
+    a = np.arange(1024, dtype=np.int32)
+    with _pinned(a):
         offload.target_enter_data(offload.to(a), device=0)
         tgt = offload.omp_get_mapped_ptr(a, 0)
         d.calls.clear()
@@ -177,20 +192,14 @@ def test_the_accelerator_copies_a_pinned_update_through_the_driver_and_waits(acc
         assert polls == ["stream0"]
         assert [e.busy for e in dev.table.entries()] == [0]
         offload.target_exit_data(offload.delete(a), device=0)
-    finally:
-        offload.llvm_omp_target_unlock_mem(a, 0)
 
 
 def test_the_accelerator_reports_a_failed_copy_and_keeps_nothing_marked(accel_table,
                                                                         monkeypatch):
     d = Driver(op_rc=1)                                     # CUDA_ERROR_INVALID_VALUE
-    polls, checks = [], []
-    _cuda_copier(monkeypatch, d, polls, checks)
-    accel_table()
-    dev = offload.runtime.current().device(0)
+    dev, polls, checks = _start(accel_table, monkeypatch, d)
     a = np.arange(64, dtype=np.int32)
-    offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
-    try:
+    with _pinned(a):
         with offload.target_data(offload.to(a), device=0):
             with pytest.raises(offload.OffloadError, match="cuMemcpyHtoDAsync failed: 1"):
                 offload.target_update(to=[a], device=0)
@@ -200,15 +209,11 @@ def test_the_accelerator_reports_a_failed_copy_and_keeps_nothing_marked(accel_ta
             offload.target_update(to=[a], device=0)      # the stream went back: works
             assert d.calls[-2][0] == "copy" and d.calls[-2][4] == 0x51
         assert len(dev.table) == 0
-    finally:
-        offload.llvm_omp_target_unlock_mem(a, 0)
 
 
 def test_unpinned_or_absent_updates_leave_the_copier_alone(accel_table, monkeypatch):
     d = Driver()
-    polls, checks = [], []
-    _cuda_copier(monkeypatch, d, polls, checks)
-    accel_table()
+    _start(accel_table, monkeypatch, d)
     a = np.arange(64, dtype=np.int32)
     with offload.target_data(offload.to(a), device=0):   # not pinned: the Python path
         a[:] = -1
@@ -224,8 +229,6 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
     it instead of running the host kernel), its arguments translated and packed."""
     from offload.plugins.host import HostDevice
     d = Driver(busy_polls=1)
-    polls, checks = [], []
-    _cuda_copier(monkeypatch, d, polls, checks)
     specs = []
 
     def spec(self, kernel, teams, threads, shared_mem):
@@ -234,8 +237,7 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
                 f"cuLaunchKernel({kernel.name})")
     monkeypatch.setattr(HostDevice, "accel_launch", spec)
     monkeypatch.setattr(HostDevice, "accel_launches", True)
-    accel_table()
-    dev = offload.runtime.current().device(0)
+    dev, polls, checks = _start(accel_table, monkeypatch, d)
     k = offload.compile_c("void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i]++; }")
     a = np.zeros(16, dtype=np.int32)
     with offload.target_data(offload.tofrom(a), device=0):
