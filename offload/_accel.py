@@ -1,7 +1,8 @@
 """The accelerator: MappingTable.begin_plain/end_plain in C for devices whose memory is
 host memory (the host plugin).
 
-A CPython extension (offload/_accel.c) built once per Python and source into offload's
+A CPython extension (offload/accel_c/accel.c and the parts it includes) built once per
+Python and source into offload's
 cache with the C compiler, loaded from an anonymous memory file like compile_c's images.
 Its two calls work on the Python table's own structures and call the Python methods for
 every case that is not the plain one, having changed nothing; the Python code stays the
@@ -27,7 +28,8 @@ from . import config as _config
 from .compiler import _read_own, _run, cache_directory
 from .errors import OffloadError
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_accel.c")
+SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accel_c")
+MAIN = "accel.c"               # includes the other .c files of SOURCES
 LIMIT = 1 << 16          # bytes copied under the table lock at most; larger: outside it
 
 _lock = threading.Lock()
@@ -41,9 +43,12 @@ def _build() -> ModuleType | None:
     if sysconfig.get_config_var("Py_GIL_DISABLED") or \
             not os.path.exists(os.path.join(include, "Python.h")):
         return None
-    with open(SOURCE, "rb") as f:
-        source = f.read()
-    key = hashlib.sha256(b"\0".join((source, sys.version.encode(), include.encode(),
+    parts = []
+    for name in sorted(os.listdir(SOURCES)):
+        if name.endswith((".c", ".h")):
+            with open(os.path.join(SOURCES, name), "rb") as f:
+                parts += [name.encode(), f.read()]
+    key = hashlib.sha256(b"\0".join((*parts, sys.version.encode(), include.encode(),
                                      str(sysconfig.get_config_var("EXT_SUFFIX")).encode()))
                          ).hexdigest()[:40]
     directory = cache_directory(cfg.cache_dir)
@@ -53,7 +58,8 @@ def _build() -> ModuleType | None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"accel-{key}.", suffix=".so.tmp")
         os.close(fd)
         try:
-            _run([cfg.cc, "-shared", "-fPIC", "-O2", f"-I{include}", SOURCE, "-o", tmp],
+            _run([cfg.cc, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", f"-I{include}",
+                  f"-I{SOURCES}", os.path.join(SOURCES, MAIN), "-o", tmp],
                  "building the accelerator")
             data = _read_own(tmp)
             if data is None:

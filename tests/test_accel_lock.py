@@ -1,4 +1,4 @@
-"""The accelerator's Lock (offload/_accel.c), which tables and devices use when it loads:
+"""The accelerator's Lock (offload/accel_c), which tables and devices use when it loads:
 threading.Lock's behaviour, checked side by side with threading.Lock."""
 import threading
 import time

@@ -1,5 +1,5 @@
 """The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py)
-and the accelerator's CUDA copier and launcher (offload/_accel.c), driven through stand-in
+and the accelerator's CUDA copier and launcher (offload/accel_c), driven through stand-in
 driver functions (cffi callbacks), so they run without a GPU. The GPU suites (test_cuda.py,
 test_cuda_faults.py, test_plain_paths.py) exercise them on the real driver."""
 import contextlib
@@ -114,7 +114,7 @@ def test_launch_passes_the_geometry_and_parameters_then_waits(helper):
     assert d.calls[2:] == [("query",)] * 2
 
 
-# ---- the accelerator's CUDA copier (offload/_accel.c), on a host table ----------------
+# ---- the accelerator's CUDA copier (offload/accel_c), on a host table ----------------
 class _Dead:
     """CUDADriver's `dead` flag (None while the context lives)."""
     dead = None

@@ -110,7 +110,7 @@ def _scenario():
 @pytest.mark.parametrize("limit", [_accel.LIMIT, 0])
 def test_plain_paths_match_the_general_path(runtime, monkeypatch, limit):
     """The same trace (tables, copies, arrays, errors, copy statistics, allocations, pool)
-    through the C paths (offload/_accel.c, where it builds; limit 0: every copy made
+    through the C paths (offload/accel_c, where it builds; limit 0: every copy made
     outside the table lock), the Python plain paths and the general path."""
     monkeypatch.setattr(_accel, "LIMIT", limit)
     runtime()

@@ -69,7 +69,7 @@ class GenericDevice:
         self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
 
     def accel_copier(self) -> tuple | None:
-        """How offload/_accel.c may make an update's copy in C on this device (see
+        """How offload/accel_c may make an update's copy in C on this device (see
         `accelerate` there), or None: the Python path."""
         return None
 
@@ -78,7 +78,7 @@ class GenericDevice:
 
     def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
                      shared_mem: int) -> tuple | None:
-        """How offload/_accel.c may launch `kernel` with this geometry and wait (kept in
+        """How offload/accel_c may launch `kernel` with this geometry and wait (kept in
         kernel.fast_launch by geometry), or None: the Python path (`launch`)."""
         return None
 

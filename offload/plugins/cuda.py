@@ -221,7 +221,7 @@ class CUDADevice(GenericDevice):
         return True
 
     def accel_copier(self) -> tuple | None:
-        """The one-piece pinned copy of _copy_now_impl, for offload/_accel.c: the driver's
+        """The one-piece pinned copy of _copy_now_impl, for offload/accel_c: the driver's
         entry points, the context, two streams of our own (kept until the device goes),
         _poll for copies that outlast the spin, the driver's error check."""
         fast = self.plugin.fast
@@ -243,7 +243,7 @@ class CUDADevice(GenericDevice):
 
     def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
                      shared_mem: int) -> tuple | None:
-        """The launch of `kernel` with this geometry as offload/_accel.c makes it (the
+        """The launch of `kernel` with this geometry as offload/accel_c makes it (the
         one-call path of _launch_impl), or None where that path does not apply or the
         geometry is refused (_launch_impl then explains). Kept per kernel and geometry."""
         key = (teams, threads, shared_mem)

@@ -1,0 +1,309 @@
+/* offload's accelerator: the common single-array steps of offload in C, for Python's
+ * tables and devices (offload/_accel.py builds and loads it).
+ *
+ * It works on the Python table's own structures (the _by_start dict, the sorted _starts
+ * and _entries lists, HostDataToTarget objects) and the device's allocation records and
+ * pool, so the Python code stays the owner of every rule: whenever a case is not the
+ * plain one (an overlap, an entry being made or in use by others, a waiter, pinned
+ * memory, a pool without a block of the size, a lock held by another thread), it calls
+ * the Python method instead, having changed nothing. Locks are the table's and the
+ * device's own, taken without blocking. On host memory, copies up to `limit` bytes are a
+ * memcpy under the table lock; larger ones run as the Python methods run them, outside
+ * it and without the GIL: a new mapping is in the table with its `ready` lock held until
+ * its first copy is done, and a mapping's last copy back runs after it left the table
+ * (then MappingTable._release frees it). On CUDA, an update's pinned copy and a region's
+ * launch run through the driver's entry points on streams of the device.
+ *
+ * The parts, included here in this order as one translation unit (their functions stay
+ * static): lock.c, common.c, plain.c, update.c, present.c, clauses.c, operation.c; this
+ * file adds the accelerator object of a table, its bound methods and the module. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include <pythread.h>
+
+#include "lock.c"
+#include "common.c"
+#include "plain.c"
+#include "update.c"
+#include "present.c"
+#include "clauses.c"
+#include "operation.c"
+
+static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
+  for (int i = 0; i < NREFS; i++)
+    Py_VISIT(a->ref[i]);
+  return 0;
+}
+
+static int Accel_clear(Accel *a) {
+  for (int i = 0; i < NREFS; i++)
+    Py_CLEAR(a->ref[i]);
+  return 0;
+}
+
+static void Accel_dealloc(Accel *a) {
+  PyObject_GC_UnTrack(a);
+  Accel_clear(a);
+  PyObject_GC_Del(a);
+}
+
+static PyTypeObject AccelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload._accel_c.Accel",
+    .tp_basicsize = sizeof(Accel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)Accel_dealloc,
+    .tp_traverse = (traverseproc)Accel_traverse,
+    .tp_clear = (inquiry)Accel_clear,
+};
+
+/* begin_plain or end_plain of one table: a callable bound to its Accel. */
+typedef struct {
+  PyObject_HEAD
+  Accel *owner;
+  vectorcallfunc call;
+  vectorcallfunc vectorcall;
+} Method;
+
+static PyObject *Method_call(Method *m, PyObject *const *args, size_t nargsf, PyObject *kw) {
+  if (m->owner == NULL || R(m->owner, TABLE) == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "offload accelerator: its table is gone");
+    return NULL;
+  }
+  return m->call((PyObject *)m->owner, args, nargsf, kw);
+}
+
+static int Method_traverse(Method *m, visitproc visit, void *arg) {
+  Py_VISIT(m->owner);
+  return 0;
+}
+
+static int Method_clear(Method *m) {
+  Py_CLEAR(m->owner);
+  return 0;
+}
+
+static void Method_dealloc(Method *m) {
+  PyObject_GC_UnTrack(m);
+  Method_clear(m);
+  PyObject_GC_Del(m);
+}
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload._accel_c.Method",
+    .tp_basicsize = sizeof(Method),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Method, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)Method_dealloc,
+    .tp_traverse = (traverseproc)Method_traverse,
+    .tp_clear = (inquiry)Method_clear,
+    .tp_doc = "MappingTable.begin_plain or end_plain, in C for the plain cases.",
+};
+
+static PyObject *bound(Accel *a, vectorcallfunc fn) {
+  Method *m = PyObject_GC_New(Method, &MethodType);
+  if (!m)
+    return NULL;
+  Py_INCREF(a);
+  m->owner = a;
+  m->call = fn;
+  m->vectorcall = (vectorcallfunc)Method_call;
+  PyObject_GC_Track(m);
+  return (PyObject *)m;
+}
+
+/* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
+ *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays)
+ * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
+ * allocation records, pool and statistics are taken now: they must be changed in place
+ * for the table's lifetime. */
+static PyObject *accelerate(PyObject *mod, PyObject *args) {
+  PyObject *table, *dev, *plugin, *entry_type, *kind, *new_lock, *begin_py, *end_py,
+      *release_py, *update_py, *stage, *copier;
+  Py_ssize_t limit;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "OOOO!OOOOOOnOO", &table, &dev, &plugin, &PyType_Type,
+                        &entry_type, &kind, &new_lock, &begin_py, &end_py, &release_py,
+                        &update_py, &limit, &stage, &copier))
+    return NULL;
+  Accel *a = PyObject_GC_New(Accel, &AccelType);
+  if (!a)
+    return NULL;
+  for (int i = 0; i < NREFS; i++)
+    a->ref[i] = NULL;
+  a->limit = limit;
+  a->tlock = a->dlock = NULL;
+  memset(&a->copier, 0, sizeof a->copier);
+  a->stage = stage == Py_None ? -1 : PyLong_AsSsize_t(stage);
+  PyObject_GC_Track(a);
+  if (a->stage == -1 && PyErr_Occurred())
+    goto bad;
+  for (int i = 0; i < NSLOTS; i++) {
+    PyObject *d = PyObject_GetAttrString(entry_type, slot_names[i]);
+    if (!d)
+      goto bad;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok)
+      a->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) {
+      PyErr_Format(PyExc_TypeError, "HostDataToTarget.%s is not a slot", slot_names[i]);
+      goto bad;
+    }
+  }
+  PyObject *given[NREFS] = {NULL};
+  given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
+  given[ENTRY_TYPE] = entry_type; given[KIND] = kind; given[NEW_LOCK] = new_lock;
+  given[BEGIN_PY] = begin_py; given[END_PY] = end_py; given[RELEASE_PY] = release_py;
+  given[UPDATE_PY] = update_py;
+  for (int i = 0; i < NREFS; i++) {
+    if (given[i]) {
+      Py_INCREF(given[i]);
+      a->ref[i] = given[i];
+    }
+  }
+  PyObject *lock = NULL, *dev_lock = NULL, *pool = NULL;
+  int ok = (a->ref[WHERE] = PyUnicode_FromString("unknown:0:0")) &&
+           (lock = PyObject_GetAttrString(table, "_lock")) &&
+           (a->ref[ACQUIRE] = PyObject_GetAttrString(lock, "acquire")) &&
+           (a->ref[RELEASE] = PyObject_GetAttrString(lock, "release")) &&
+           (a->ref[BY_START] = PyObject_GetAttrString(table, "_by_start")) &&
+           (a->ref[STARTS] = PyObject_GetAttrString(table, "_starts")) &&
+           (a->ref[ENTRIES] = PyObject_GetAttrString(table, "_entries")) &&
+           (dev_lock = PyObject_GetAttrString(dev, "_lock")) &&
+           (a->ref[DEV_ACQUIRE] = PyObject_GetAttrString(dev_lock, "acquire")) &&
+           (a->ref[DEV_RELEASE] = PyObject_GetAttrString(dev_lock, "release")) &&
+           (a->ref[ALLOCS] = PyObject_GetAttrString(dev, "_allocs")) &&
+           (pool = PyObject_GetAttrString(dev, "pool")) &&
+           (a->ref[POOL_FREE] = PyObject_GetAttrString(pool, "_free")) &&
+           (a->ref[STATS] = PyObject_GetAttrString(dev, "stats")) &&
+           (a->ref[IDLE] = PyObject_GetAttrString(table, "_idle"));
+  if (pool) {
+    a->ref[POOL] = pool;
+    pool = NULL;
+  }
+  a->tlock = ok && Py_IS_TYPE(lock, &LockType) ? (Lock *)lock : NULL;   /* kept alive by */
+  a->dlock = ok && Py_IS_TYPE(dev_lock, &LockType) ? (Lock *)dev_lock : NULL;  /* ACQUIRE */
+  Py_XDECREF(lock);
+  Py_XDECREF(dev_lock);
+  if (!ok)
+    goto bad;
+  if (!PyDict_CheckExact(R(a, BY_START)) || !PyList_CheckExact(R(a, STARTS)) ||
+      !PyList_CheckExact(R(a, ENTRIES)) || !PyDict_CheckExact(R(a, ALLOCS)) ||
+      !PyDict_CheckExact(R(a, POOL_FREE)) || !PyDict_CheckExact(R(a, STATS))) {
+    PyErr_SetString(PyExc_TypeError, "offload accelerator: unexpected table or device");
+    goto bad;
+  }
+  /* ("memcpy",) or ("cuda", set_ctx, ctx, h2d, d2h, query, spin, streams, stream_objects,
+   *  poll, check, drv, device, pin_split), or None */
+  Copier *c = &a->copier;
+  if (copier != Py_None) {
+    const char *how;
+    PyObject *addrs = NULL, *objs = NULL, *poll = NULL, *check = NULL, *drv = NULL;
+    unsigned long long set_ctx = 0, ctx = 0, h2d = 0, d2h = 0, query = 0;
+    if (!PyTuple_Check(copier) || PyTuple_GET_SIZE(copier) < 1 ||
+        !(how = PyUnicode_AsUTF8(PyTuple_GET_ITEM(copier, 0))))
+      goto bad_copier;
+    if (!strcmp(how, "memcpy")) {
+      c->kind = COPY_MEMCPY;
+    } else if (!strcmp(how, "cuda")) {
+      unsigned long long launch = 0;
+      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLK", &how, &set_ctx, &ctx, &h2d, &d2h,
+                            &query, &c->spin, &PyTuple_Type, &addrs, &PyTuple_Type, &objs,
+                            &poll, &check, &drv, &c->device, &c->split, &launch))
+        goto bad;
+      c->launch = launch;
+      Py_ssize_t ns = PyTuple_GET_SIZE(addrs);
+      if (ns < 1 || ns > MAX_STREAMS || PyTuple_GET_SIZE(objs) != ns)
+        goto bad_copier;
+      for (Py_ssize_t i = 0; i < ns; i++) {
+        c->stream[i] = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(addrs, i));
+        if (PyErr_Occurred())
+          goto bad;
+      }
+      c->nstreams = (int)ns;
+      c->set_ctx = set_ctx; c->ctx = ctx; c->h2d = h2d; c->d2h = d2h; c->query = query;
+      Py_INCREF(objs); a->ref[STREAMS] = objs;
+      Py_INCREF(poll); a->ref[POLL] = poll;
+      Py_INCREF(check); a->ref[CHECK] = check;
+      Py_INCREF(drv); a->ref[DRV] = drv;
+      c->kind = COPY_CUDA;
+    } else {
+      goto bad_copier;
+    }
+  }
+  PyObject *b = bound(a, (vectorcallfunc)Accel_begin), *e = bound(a, (vectorcallfunc)Accel_end);
+  PyObject *u = bound(a, (vectorcallfunc)Accel_update);
+  PyObject *pr = bound(a, (vectorcallfunc)Accel_present);
+  PyObject *rl = bound(a, (vectorcallfunc)Accel_release);
+  PyObject *ua = bound(a, (vectorcallfunc)Accel_update_arrays);
+  Py_DECREF(a);
+  if (!b || !e || !u || !pr || !rl || !ua) {
+    Py_XDECREF(b); Py_XDECREF(e); Py_XDECREF(u); Py_XDECREF(pr); Py_XDECREF(rl);
+    Py_XDECREF(ua);
+    return NULL;
+  }
+  return Py_BuildValue("(NNNNNN)", b, e, u, pr, rl, ua);
+bad_copier:
+  PyErr_SetString(PyExc_ValueError, "offload accelerator: a copier is None, ('memcpy',) or "
+                  "('cuda', ...)");
+bad:
+  Py_DECREF(a);
+  return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"plain_setup", plain_setup, METH_VARARGS,
+     "plain_setup(ndarray, not_plain, python_plain): the array type, the map-type bits plain "
+     "refuses, MapClause.plain for arrays without a C-contiguous buffer."},
+    {"plain_array", (PyCFunction)(void (*)(void))plain_array, METH_FASTCALL,
+     "plain_array(a, t) -> (address, size) when an update of type t copies a as one plain "
+     "item, else None."},
+    {"plain", plain, METH_O,
+     "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
+     "None."},
+    {"accelerate", accelerate, METH_VARARGS,
+     "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
+     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays) "
+     "for one MappingTable."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+#define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
+PyMODINIT_FUNC PyInit__accel_c(void) {
+  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_info, "info"); INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
+  INTERN(s_limit, "limit"); INTERN(s_alloc_starts, "_alloc_starts");
+  INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");
+  INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");
+  INTERN(s_from_unpinned, "from unpinned"); INTERN(s_locked, "locked");
+  INTERN(s_copy_back, "copy_back"); INTERN(s_array, "array"); INTERN(s_type, "type");
+  INTERN(s_busy_attr, "busy"); INTERN(s_dead, "dead"); INTERN(s_lock_attr, "_lock");
+  INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
+  INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
+  INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
+  INTERN(s_last_kernel, "last_kernel"); INTERN(s_h2d_name, "cuMemcpyHtoDAsync");
+  INTERN(s_d2h_name, "cuMemcpyDtoHAsync");
+  INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt"); INTERN(s_live, "live"); INTERN(s_closing, "closing");
+  INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
+  INTERN(s_shutting, "is shutting down");
+  if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||
+      PyType_Ready(&OperationType) < 0 || PyType_Ready(&LockType) < 0)
+    return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (m && (PyModule_AddObjectRef(m, "Operation", (PyObject *)&OperationType) < 0 ||
+            PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0)) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,94 @@
+/* Part of the accelerator (offload/accel_c/accel.c includes it): MapClause.plain and plain_array through the buffer protocol. */
+
+/* plain(clause): MapClause.plain in one call (the buffer protocol gives the address, size,
+ * C-contiguity and writability at once). Set up by plain_setup(ndarray, not_plain). */
+static PyObject *plain_py, *s_array, *s_type;
+static long not_plain = -1;
+
+static PyObject *plain_setup(PyObject *mod, PyObject *args) {
+  PyObject *type, *py;
+  long mask;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "O!lO", &PyType_Type, &type, &mask, &py))
+    return NULL;
+  Py_INCREF(type);
+  Py_XSETREF(ndarray_type, type);
+  Py_INCREF(py);
+  Py_XSETREF(plain_py, py);
+  not_plain = mask;
+  Py_RETURN_NONE;
+}
+
+/* -1: no buffer (ask Python); 0: not plain; 1: plain, *p, *n, *ro set. */
+static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop) {
+  Py_buffer v;
+  if (PyObject_GetBuffer(arr, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    PyErr_Clear();                 /* not C-contiguous, or a dtype buffers do not carry */
+    return -1;
+  }
+  int objects = v.format && strchr(v.format, 'O') != NULL;   /* (or a field name with O) */
+  *np_ = v.len;
+  *rop = v.readonly;
+  *pp = (uintptr_t)v.buf;
+  PyBuffer_Release(&v);
+  return !(objects || *np_ <= 0 || (*rop && (t & 2)));
+}
+
+/* plain_array(a, t): (address, size) of a numpy array an update of type t (TO or FROM)
+ * copies as one plain item, or None (not an exact ndarray, not C-contiguous, empty,
+ * objects inside, read-only for FROM). */
+static PyObject *plain_array(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  (void)mod;
+  if (nargs != 2 || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "plain_array(a, t) after plain_setup");
+    return NULL;
+  }
+  long t = PyLong_AsLong(args[1]);
+  if (t == -1 && PyErr_Occurred())
+    return NULL;
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro;
+  if (Py_TYPE(args[0]) != (PyTypeObject *)ndarray_type ||
+      plain_buffer(args[0], t, &p, &n, &ro) != 1)
+    Py_RETURN_NONE;
+  return Py_BuildValue("(Kn)", (unsigned long long)p, n);
+}
+
+static PyObject *plain(PyObject *mod, PyObject *clause) {
+  (void)mod;
+  if (!ndarray_type) {
+    PyErr_SetString(PyExc_RuntimeError, "offload accelerator: plain_setup not called");
+    return NULL;
+  }
+  PyObject *arr = PyObject_GetAttr(clause, s_array);
+  if (!arr)
+    return NULL;
+  PyObject *result = Py_None, *to = NULL;
+  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || !(to = PyObject_GetAttr(clause, s_type)))
+    goto out;
+  long t = PyLong_AsLong(to);
+  if (t == -1 && PyErr_Occurred())
+    goto out;
+  if (t & not_plain)
+    goto out;
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro, got = plain_buffer(arr, t, &p, &n, &ro);
+  if (got < 0) {
+    Py_DECREF(arr);
+    Py_DECREF(to);
+    return PyObject_CallOneArg(plain_py, clause);
+  }
+  if (!got)
+    goto out;
+  result = Py_BuildValue("(KnlOO)", (unsigned long long)p, n, t, arr, ro ? Py_True : Py_False);
+  Py_DECREF(arr);
+  Py_DECREF(to);
+  return result;
+out:
+  PyErr_Clear();
+  Py_DECREF(arr);
+  Py_XDECREF(to);
+  Py_RETURN_NONE;
+}

@@ -1,0 +1,270 @@
+/* Part of the accelerator (offload/accel_c/accel.c includes it): the shared state, the table's and device's objects, and helpers. */
+
+/* Slots of HostDataToTarget, by their offsets in the object. */
+enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
+       FAILED, WHERE_, BUSY, VIEWS, SHADOWS, NSLOTS };
+static const char *slot_names[NSLOTS] = {
+    "hst_begin", "hst_end", "hst_base", "tgt_begin", "dyn", "hold", "owner", "name", "pinned",
+    "owned", "ready", "failed", "where", "busy", "views", "shadows"};
+
+/* Objects the table and device keep for their lifetime (they change them in place). */
+enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, NEW_LOCK, WHERE, BEGIN_PY, END_PY, ACQUIRE,
+       RELEASE, BY_START, STARTS, ENTRIES, DEV_ACQUIRE, DEV_RELEASE, ALLOCS, POOL, POOL_FREE,
+       STATS, RELEASE_PY, UPDATE_PY, IDLE, POLL, CHECK, DRV, STREAMS, NREFS };
+
+/* How update copies run in C: memcpy (host memory), or a CUDA copy of a pinned range
+ * enqueued and spun on through the driver's entry points (the GIL released). */
+enum { COPY_NONE, COPY_MEMCPY, COPY_CUDA };
+#define MAX_STREAMS 8
+typedef int (*set_ctx_t)(void *);
+typedef int (*cu_copy_t)(uintptr_t, uintptr_t, size_t, void *);
+typedef int (*query_t)(void *);
+#define CU_NOT_READY 600
+
+typedef struct {
+  int kind;
+  uintptr_t set_ctx, ctx, h2d, d2h, query, launch;
+  double spin;                     /* seconds spun on the stream before Python polls */
+  int nstreams;
+  uintptr_t stream[MAX_STREAMS];
+  char taken[MAX_STREAMS];
+  long device;                     /* the plugin-local device id (PinnedEntry.dev key) */
+  long long split;                 /* the plugin's pin_split grid (0: none) */
+} Copier;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *ref[NREFS];
+  Py_ssize_t off[NSLOTS];
+  Py_ssize_t limit;       /* largest copy made under the table lock */
+  Py_ssize_t stage;       /* the plugin's staging threshold (-1: none) */
+  Copier copier;
+  Lock *tlock, *dlock;    /* the table's and the device's locks, when of our type */
+} Accel;
+
+#define R(a, i) ((a)->ref[i])
+static PyObject *ndarray_type;
+static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop);
+#define SLOT(a, o, i) (*(PyObject **)((char *)(o) + (a)->off[i]))
+#define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
+
+static PyObject *s_acquire, *s_release;
+static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
+    *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
+    *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
+    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel,
+    *s_h2d_name, *s_d2h_name;
+
+static int try_lock(PyObject *acquire);
+static void unlock(PyObject *release);
+
+/* The table's lock (t) or the device's (!t): taken without blocking (1, else 0), taken
+ * waiting (1, else -1 with an exception), given back. */
+static int hold_try(Accel *a, int t) {
+  Lock *l = t ? a->tlock : a->dlock;
+  return l ? lock_take(l) : try_lock(R(a, t ? ACQUIRE : DEV_ACQUIRE));
+}
+
+static int hold_wait(Accel *a) {
+  if (a->tlock)
+    return lock_wait(a->tlock, -1);
+  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));
+  if (!r)
+    return -1;
+  Py_DECREF(r);
+  return 1;
+}
+
+static void hold_give(Accel *a, int t) {
+  Lock *l = t ? a->tlock : a->dlock;
+  if (l)
+    lock_give(l);
+  else
+    unlock(R(a, t ? RELEASE : DEV_RELEASE));
+}
+
+/* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
+ * dropped. */
+static void put(Accel *a, PyObject *o, int i, PyObject *v, PyObject **old) {
+  PyObject **p = &SLOT(a, o, i);
+  PyObject *was = *p;
+  *p = v;
+  if (old)
+    *old = was;
+  else
+    Py_XDECREF(was);
+}
+
+/* A lock taken without blocking, through its bound acquire: 1 taken, 0 held elsewhere
+ * (or an error, cleared: the caller takes the Python path). */
+static int try_lock(PyObject *acquire) {
+  PyObject *r = PyObject_CallOneArg(acquire, Py_False);
+  if (!r) {
+    PyErr_Clear();
+    return 0;
+  }
+  int got = r == Py_True;
+  Py_DECREF(r);
+  return got;
+}
+
+static void unlock_lock(PyObject *lock) {
+  PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+  if (r)
+    Py_DECREF(r);
+  else
+    PyErr_WriteUnraisable(lock);
+}
+
+static void unlock(PyObject *release) {
+  PyObject *r = PyObject_CallNoArgs(release);
+  if (r)
+    Py_DECREF(r);
+  else
+    PyErr_WriteUnraisable(release);
+}
+
+/* 1 when `ready` (an entry's lock, or None) says the entry is made; else 0. */
+static int made(PyObject *ready) {
+  if (ready == Py_None)
+    return 1;
+  if (ready == NULL)
+    return 0;
+  PyObject *r = PyObject_CallMethodNoArgs(ready, s_locked);
+  if (!r) {
+    PyErr_Clear();
+    return 0;
+  }
+  int held = r == Py_True;
+  Py_DECREF(r);
+  return !held;
+}
+
+/* An exact int as an address; 0 (error cleared) for anything else. */
+static int as_addr(PyObject *o, uintptr_t *out) {
+  if (o == NULL || !PyLong_CheckExact(o))
+    return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(o);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = (uintptr_t)v;
+  return 1;
+}
+
+/* An exact int as a signed size; 0 (error cleared) for anything else. */
+static int as_size(PyObject *o, long long *out) {
+  if (o == NULL || !PyLong_CheckExact(o))
+    return 0;
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+/* The attribute as an exact int (0: missing or not one, error cleared). */
+static int attr_size(PyObject *o, PyObject *name, long long *out) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) {
+    PyErr_Clear();
+    return 0;
+  }
+  int ok = as_size(v, out);
+  Py_DECREF(v);
+  return ok;
+}
+
+/* Whether the attribute is falsy (0 when it is truthy, missing or fails). */
+static int attr_false(PyObject *o, PyObject *name) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) {
+    PyErr_Clear();
+    return 0;
+  }
+  int r = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (r < 0)
+    PyErr_Clear();
+  return r == 0;
+}
+
+/* Whether a copy of n bytes is one plain memcpy now: nothing pinned on the plugin (so
+ * no piece to split off, no pin to take for a mapping), below the staging threshold. */
+static int plain_copy(Accel *a, Py_ssize_t n) {
+  if (a->stage >= 0 && n >= a->stage)
+    return 0;
+  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
+  if (!pinned) {
+    PyErr_Clear();
+    return 0;
+  }
+  int r = attr_false(pinned, s_starts);
+  Py_DECREF(pinned);
+  return r;
+}
+
+/* stats[key] += n (0, or -1 with an exception). */
+static int add_stat(Accel *a, PyObject *key, Py_ssize_t n) {
+  PyObject *was = PyDict_GetItemWithError(R(a, STATS), key);
+  if (!was)
+    return PyErr_Occurred() ? -1 : 0;
+  PyObject *add = PyLong_FromSsize_t(n);
+  PyObject *sum = add ? PyNumber_Add(was, add) : NULL;
+  Py_XDECREF(add);
+  if (!sum)
+    return -1;
+  int rc = PyDict_SetItem(R(a, STATS), key, sum);
+  Py_DECREF(sum);
+  return rc;
+}
+
+/* Index of the first start > p in the sorted list of ints (bisect_right); -1 when a
+ * start is not an address. */
+static Py_ssize_t bisect_right(PyObject *starts, uintptr_t p) {
+  Py_ssize_t lo = 0, hi = PyList_GET_SIZE(starts);
+  while (lo < hi) {
+    Py_ssize_t mid = (lo + hi) / 2;
+    uintptr_t v;
+    if (!as_addr(PyList_GET_ITEM(starts, mid), &v))
+      return -1;
+    if (p < v)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+/* The Python method, called with the same arguments. */
+static PyObject *fallback(Accel *a, int which, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames) {
+  PyObject *all[8];
+  Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+  if (total > 7) {
+    PyErr_SetString(PyExc_TypeError, "begin_plain/end_plain: too many arguments");
+    return NULL;
+  }
+  all[0] = R(a, TABLE);
+  for (Py_ssize_t i = 0; i < total; i++)
+    all[i + 1] = args[i];
+  return PyObject_Vectorcall(R(a, which), all, (size_t)nargs + 1, kwnames);
+}
+
+/* The plain arguments (p, n, t) of both calls: exact ints, 0 < n, t of TO/FROM
+ * bits only, on a table without INFO. 0 when not. */
+static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t *n, long *t) {
+  long long nn, tt, info;
+  if (!as_addr(args[0], p) || !as_size(args[1], &nn) || !as_size(args[2], &tt))
+    return 0;
+  if (nn <= 0 || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
+    return 0;
+  if (!attr_size(R(a, TABLE), s_info, &info) || info)
+    return 0;
+  *n = (Py_ssize_t)nn;
+  *t = (long)tt;
+  return 1;
+}

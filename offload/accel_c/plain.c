@@ -1,0 +1,340 @@
+/* Part of the accelerator (offload/accel_c/accel.c includes it): one plain clause's map and unmap (begin_plain, end_plain). */
+
+/* begin_plain(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_plain. */
+static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  uintptr_t p;
+  Py_ssize_t n;
+  long t;
+  if (kwnames || nargs < 4 || nargs > 6 || !plain_args(a, args, &p, &n, &t))
+    return fallback(a, BEGIN_PY, args, nargs, kwnames);
+  PyObject *po = args[0], *no = args[1], *owner = args[3];
+  PyObject *busy = nargs > 5 ? args[5] : Py_None;
+  if (busy != Py_None && !PyList_CheckExact(busy))
+    return fallback(a, BEGIN_PY, args, nargs, kwnames);
+  if (!hold_try(a, 1))
+    return fallback(a, BEGIN_PY, args, nargs, kwnames);
+  PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
+  PyObject *result = NULL, *one = NULL;
+  int dev_locked = 0;
+
+  PyObject *e = PyDict_GetItemWithError(by_start, po);
+  if (e) {                                       /* present: a reference, no copy */
+    uintptr_t end;
+    if (!IS_ENTRY(a, e) || !as_addr(SLOT(a, e, HST_END), &end) || p + (uintptr_t)n > end ||
+        !made(SLOT(a, e, READY)))
+      goto slow;
+    one = PyLong_FromLong(1);
+    PyObject *dyn = one ? PyNumber_Add(SLOT(a, e, DYN), one) : NULL;
+    PyObject *nbusy = one && busy != Py_None ? PyNumber_Add(SLOT(a, e, BUSY), one) : NULL;
+    if (!dyn || (busy != Py_None && (!nbusy || PyList_Append(busy, e) < 0))) {
+      Py_XDECREF(dyn);
+      Py_XDECREF(nbusy);
+      goto done;
+    }
+    put(a, e, DYN, dyn, NULL);
+    if (nbusy)
+      put(a, e, BUSY, nbusy, NULL);
+    result = SLOT(a, e, TGT_BEGIN);
+    Py_INCREF(result);
+    goto done;
+  }
+  if (PyErr_Occurred())
+    goto slow;
+  /* a new entry: nothing may overlap [p, p+n) */
+  Py_ssize_t i = bisect_right(starts, p) - 1, count = PyList_GET_SIZE(starts);
+  if (i < -1 || count != PyList_GET_SIZE(entries))
+    goto slow;
+  if (i >= 0) {
+    uintptr_t end;
+    PyObject *prev = PyList_GET_ITEM(entries, i);
+    if (!IS_ENTRY(a, prev) || !as_addr(SLOT(a, prev, HST_END), &end) || p < end)
+      goto slow;
+  }
+  if (i + 1 < count) {
+    uintptr_t next;
+    if (!as_addr(PyList_GET_ITEM(starts, i + 1), &next) || next < p + (uintptr_t)n)
+      goto slow;
+  }
+  if (!plain_copy(a, n))
+    goto slow;
+  /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
+  if (!(dev_locked = hold_try(a, 0)))
+    goto slow;
+  PyObject *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), no);
+  Py_ssize_t nb = blocks && PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : 0;
+  uintptr_t tgt;
+  long long bytes;
+  if (!nb || !as_addr(PyList_GET_ITEM(blocks, nb - 1), &tgt) || !tgt ||
+      !attr_size(R(a, POOL), s_bytes, &bytes))
+    goto slow;
+  PyObject *addr = PyList_GET_ITEM(blocks, nb - 1);
+  Py_INCREF(addr);
+  PyObject *rec = Py_BuildValue("(nO)", n, R(a, KIND));
+  PyObject *left = PyLong_FromLongLong(bytes - n);
+  int bad = !rec || !left || PyDict_SetItem(R(a, ALLOCS), addr, rec) < 0 ||
+            PyObject_SetAttr(R(a, POOL), s_bytes, left) < 0 ||
+            PyList_SetSlice(blocks, nb - 1, nb, NULL) < 0 ||
+            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
+  Py_XDECREF(rec);
+  Py_XDECREF(left);
+  hold_give(a, 0);
+  dev_locked = 0;
+  if (bad) {
+    Py_DECREF(addr);
+    goto done;
+  }
+  /* the entry, as HostDataToTarget(p, n, 0, None, owner) with dyn = 1; a large first
+   * copy runs outside the lock, the entry's `ready` lock held until it is done */
+  int big = n > a->limit;
+  PyObject *ready = Py_None, *got = NULL;
+  if (big) {
+    ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
+    got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
+    if (!got) {
+      Py_XDECREF(ready);
+      Py_DECREF(addr);
+      goto done;         /* (the block is recorded as allocated: only on memory errors) */
+    }
+    Py_DECREF(got);
+  } else {
+    Py_INCREF(ready);
+  }
+  PyTypeObject *tp = (PyTypeObject *)R(a, ENTRY_TYPE);
+  PyObject *ent = tp->tp_alloc(tp, 0);
+  PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
+  PyObject *dyn = PyLong_FromLong(1), *hold = PyLong_FromLong(0);
+  PyObject *nbusy = PyLong_FromLong(busy != Py_None);
+  if (!ent || !end || !dyn || !hold || !nbusy) {
+    Py_XDECREF(ent); Py_XDECREF(end); Py_XDECREF(dyn); Py_XDECREF(hold); Py_XDECREF(nbusy);
+    Py_DECREF(addr);
+    Py_DECREF(ready);
+    goto done;
+  }
+  Py_INCREF(po); put(a, ent, HST_BEGIN, po, NULL);
+  put(a, ent, HST_END, end, NULL);
+  Py_INCREF(po); put(a, ent, HST_BASE, po, NULL);
+  Py_INCREF(addr); put(a, ent, TGT_BEGIN, addr, NULL);
+  put(a, ent, DYN, dyn, NULL);
+  put(a, ent, HOLD, hold, NULL);
+  Py_INCREF(owner); put(a, ent, OWNER, owner, NULL);
+  Py_INCREF(Py_None); put(a, ent, NAME, Py_None, NULL);
+  Py_INCREF(Py_False); put(a, ent, PINNED, Py_False, NULL);
+  Py_INCREF(Py_True); put(a, ent, OWNED, Py_True, NULL);
+  Py_INCREF(ready); put(a, ent, READY, ready, NULL);
+  Py_INCREF(Py_False); put(a, ent, FAILED, Py_False, NULL);
+  Py_INCREF(R(a, WHERE)); put(a, ent, WHERE_, R(a, WHERE), NULL);
+  put(a, ent, BUSY, nbusy, NULL);
+  Py_INCREF(Py_None); put(a, ent, VIEWS, Py_None, NULL);
+  Py_INCREF(Py_None); put(a, ent, SHADOWS, Py_None, NULL);
+  if (PyList_Insert(starts, i + 1, po) < 0 || PyList_Insert(entries, i + 1, ent) < 0 ||
+      PyDict_SetItem(by_start, po, ent) < 0 ||
+      (busy != Py_None && PyList_Append(busy, ent) < 0)) {
+    Py_DECREF(ent);
+    Py_DECREF(addr);
+    Py_DECREF(ready);
+    goto done;
+  }
+  Py_DECREF(ent);
+  if (big) {
+    hold_give(a, 1);                       /* others wait on `ready` meanwhile */
+    if (t & 1) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy((void *)tgt, (const void *)p, (size_t)n);
+      Py_END_ALLOW_THREADS
+    }
+    int bad = (t & 1) && add_stat(a, s_to_unpinned, n) < 0;
+    unlock_lock(ready);
+    Py_DECREF(ready);
+    if (bad) {
+      Py_DECREF(addr);
+      return NULL;
+    }
+    return addr;
+  }
+  Py_DECREF(ready);
+  if (t & 1) {                                   /* TO */
+    memcpy((void *)tgt, (const void *)p, (size_t)n);
+    if (add_stat(a, s_to_unpinned, n) < 0) {
+      Py_DECREF(addr);
+      goto done;
+    }
+  }
+  result = addr;
+  goto done;
+
+slow:
+  PyErr_Clear();
+  if (dev_locked)
+    hold_give(a, 0);
+  hold_give(a, 1);
+  Py_XDECREF(one);
+  return fallback(a, BEGIN_PY, args, nargs, kwnames);
+done:
+  if (dev_locked)
+    hold_give(a, 0);
+  hold_give(a, 1);
+  Py_XDECREF(one);
+  return result;
+}
+
+/* end_plain(p, n, t, owner, e=None, copy_back=True), as MappingTable.end_plain. */
+static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject *mine = Py_None, *copy_back = Py_True;
+  uintptr_t p;
+  Py_ssize_t n;
+  long t;
+  if (nargs < 4 || nargs > 6 || !plain_args(a, args, &p, &n, &t))
+    return fallback(a, END_PY, args, nargs, kwnames);
+  if (nargs > 4)
+    mine = args[4];
+  if (nargs > 5)
+    copy_back = args[5];
+  if (kwnames) {
+    if (PyTuple_GET_SIZE(kwnames) != 1 || nargs != 5 ||
+        PyTuple_GET_ITEM(kwnames, 0) != s_copy_back)
+      return fallback(a, END_PY, args, nargs, kwnames);
+    copy_back = args[5];
+  }
+  int back = PyObject_IsTrue(copy_back);
+  if (back < 0)
+    return NULL;
+  long own = mine != Py_None;
+  if (!hold_try(a, 1))
+    return fallback(a, END_PY, args, nargs, kwnames);
+  PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
+  PyObject *po = args[0], *result = NULL, *gone_owner = NULL, *keep = NULL;
+  int dev_locked = 0;
+
+  PyObject *f = PyDict_GetItemWithError(by_start, po);
+  uintptr_t end;
+  long long dyn, busy, hold = 0;
+  if (!f || !IS_ENTRY(a, f) || (own && f != mine) || !as_addr(SLOT(a, f, HST_END), &end) ||
+      p + (uintptr_t)n > end || !as_size(SLOT(a, f, DYN), &dyn) ||
+      !as_size(SLOT(a, f, BUSY), &busy) || dyn < 1 || busy != own || !made(SLOT(a, f, READY)))
+    goto slow;
+  if (own && !attr_false(R(a, TABLE), s_waiting))
+    goto slow;                              /* someone waits for it: Python notifies */
+  int last = as_size(SLOT(a, f, HOLD), &hold) && dyn - 1 + hold == 0;
+  Py_ssize_t at = -1, size = 0;
+  uintptr_t tgt = 0;
+  PyObject *blocks = NULL, *key = NULL;
+  if (last) {                       /* the copy back and the free must be plain ones */
+    if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, PINNED) != Py_False ||
+        SLOT(a, f, OWNED) != Py_True || !as_addr(key = SLOT(a, f, TGT_BEGIN), &tgt) || !tgt ||
+        (at = bisect_right(starts, p) - 1) < 0 || PyList_GET_ITEM(entries, at) != f ||
+        !plain_copy(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
+      goto slow;
+  }
+  int big = last && n > a->limit;        /* copied back outside the locks, then released */
+  if (last && !big) {
+    long long limit, bytes, sz;
+    if (!(dev_locked = hold_try(a, 0)))
+      goto slow;
+    PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
+    if (!rec || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 2 ||
+        PyTuple_GET_ITEM(rec, 1) != R(a, KIND) || !as_size(PyTuple_GET_ITEM(rec, 0), &sz) ||
+        !attr_size(R(a, POOL), s_limit, &limit) || !attr_size(R(a, POOL), s_bytes, &bytes) ||
+        sz <= 0 || sz > limit || bytes + sz > limit)
+      goto slow;                          /* the pool keeps no more: Python frees it */
+    size = (Py_ssize_t)sz;
+    blocks = PyDict_GetItemWithError(R(a, POOL_FREE), PyTuple_GET_ITEM(rec, 0));
+    if ((blocks && !PyList_CheckExact(blocks)) || PyErr_Occurred())
+      goto slow;
+  }
+  /* every check passed: the changes */
+  PyObject *ndyn = PyLong_FromLongLong(dyn - 1), *zero = own ? PyLong_FromLong(0) : NULL;
+  if (!ndyn || (own && !zero)) {
+    Py_XDECREF(ndyn);
+    goto done;
+  }
+  put(a, f, DYN, ndyn, NULL);
+  if (own)
+    put(a, f, BUSY, zero, NULL);
+  if (big) {
+    Py_INCREF(f);
+    int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
+              PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
+              PyDict_DelItem(by_start, po) < 0;
+    hold_give(a, 1);
+    if (!bad && back && (t & 2)) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy((void *)p, (const void *)tgt, (size_t)n);
+      Py_END_ALLOW_THREADS
+      bad = add_stat(a, s_from_unpinned, n) < 0;
+    }
+    PyObject *err = NULL, *typ = NULL, *tb = NULL;
+    if (bad)
+      PyErr_Fetch(&typ, &err, &tb);
+    PyObject *call[2] = {R(a, TABLE), f};      /* MappingTable._release: free, unpin */
+    PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
+    Py_DECREF(f);
+    if (bad) {
+      Py_XDECREF(r);
+      PyErr_Restore(typ, err, tb);
+      return NULL;
+    }
+    if (!r)
+      return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+  }
+  if (last) {
+    keep = f;                                    /* ours until the end */
+    Py_INCREF(keep);
+    Py_INCREF(key);
+    int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
+              PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
+              PyDict_DelItem(by_start, po) < 0;
+    if (!bad && back && (t & 2)) {               /* FROM */
+      memcpy((void *)p, (const void *)tgt, (size_t)n);
+      bad = add_stat(a, s_from_unpinned, n) < 0;
+    }
+    PyObject *sz = PyLong_FromSsize_t(size);
+    long long bytes = 0;
+    PyObject *nbytes = sz && attr_size(R(a, POOL), s_bytes, &bytes)
+                           ? PyLong_FromLongLong(bytes + size) : NULL;
+    bad = bad || !sz || !nbytes || PyDict_DelItem(R(a, ALLOCS), key) < 0 ||
+          PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
+    if (!bad && blocks) {
+      bad = PyList_Append(blocks, key) < 0;
+    } else if (!bad) {
+      PyObject *fresh = PyList_New(1);
+      bad = !fresh;
+      if (fresh) {
+        Py_INCREF(key);
+        PyList_SET_ITEM(fresh, 0, key);
+        bad = PyDict_SetItem(R(a, POOL_FREE), sz, fresh) < 0;
+        Py_DECREF(fresh);
+      }
+    }
+    if (!bad)
+      bad = PyObject_SetAttr(R(a, POOL), s_bytes, nbytes) < 0;
+    Py_XDECREF(sz);
+    Py_XDECREF(nbytes);
+    Py_DECREF(key);
+    Py_INCREF(Py_None);
+    put(a, f, OWNER, Py_None, &gone_owner);     /* dropped after the locks */
+    if (bad)
+      goto done;
+  }
+  Py_INCREF(Py_None);
+  result = Py_None;
+  goto done;
+
+slow:
+  PyErr_Clear();
+  if (dev_locked)
+    hold_give(a, 0);
+  hold_give(a, 1);
+  return fallback(a, END_PY, args, nargs, kwnames);
+done:
+  if (dev_locked)
+    hold_give(a, 0);
+  hold_give(a, 1);
+  Py_XDECREF(gone_owner);
+  Py_XDECREF(keep);
+  return result;
+}

@@ -1,0 +1,320 @@
+/* Part of the accelerator (offload/accel_c/accel.c includes it): updates and CUDA launches: memcpy, or the driver's entry points on the copier's streams. */
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
+ * for this device (not being pinned or unpinned, not crossing the pin_split grid):
+ * PinnedMap.translate's one-piece answer. 0 when not (or on any doubt). */
+static uintptr_t pinned_via(Accel *a, uintptr_t p, Py_ssize_t n) {
+  Copier *c = &a->copier;
+  if (c->split > 0 && p / (uintptr_t)c->split != (p + n - 1) / (uintptr_t)c->split)
+    return 0;
+  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
+  if (!pinned) {
+    PyErr_Clear();
+    return 0;
+  }
+  uintptr_t via = 0;
+  PyObject *lock = PyObject_GetAttr(pinned, s_lock_attr), *starts = NULL, *entries = NULL;
+  PyObject *acquire = NULL;
+  int ours = lock && Py_IS_TYPE(lock, &LockType);
+  if (ours ? !lock_take((Lock *)lock)
+           : !(acquire = lock ? PyObject_GetAttr(lock, s_acquire) : NULL) || !try_lock(acquire))
+    goto out_nolock;
+  starts = PyObject_GetAttr(pinned, s_starts);
+  entries = PyObject_GetAttr(pinned, s_entries_attr);
+  if (starts && entries && PyList_CheckExact(starts) && PyList_CheckExact(entries) &&
+      PyList_GET_SIZE(starts) == PyList_GET_SIZE(entries)) {
+    Py_ssize_t i = bisect_right(starts, p) - 1;
+    if (i >= 0) {
+      PyObject *e = PyList_GET_ITEM(entries, i);
+      PyObject *host = PyObject_GetAttr(e, s_host), *size = PyObject_GetAttr(e, s_size);
+      PyObject *pending = PyObject_GetAttr(e, s_pending), *devs = PyObject_GetAttr(e, s_dev);
+      uintptr_t h;
+      long long sz;
+      if (host && size && pending == Py_None && devs && PyDict_CheckExact(devs) &&
+          as_addr(host, &h) && as_size(size, &sz) && p + (uintptr_t)n <= h + (uintptr_t)sz) {
+        PyObject *key = PyLong_FromLong(c->device);
+        PyObject *addr = key ? PyDict_GetItemWithError(devs, key) : NULL;
+        uintptr_t base;
+        if (addr && as_addr(addr, &base) && base)
+          via = base + (p - h);
+        Py_XDECREF(key);
+      }
+      Py_XDECREF(host); Py_XDECREF(size); Py_XDECREF(pending); Py_XDECREF(devs);
+    }
+  }
+  if (ours)
+    lock_give((Lock *)lock);
+  else
+    unlock_lock(lock);
+out_nolock:
+  PyErr_Clear();
+  Py_XDECREF(starts); Py_XDECREF(entries); Py_XDECREF(acquire); Py_XDECREF(lock);
+  Py_DECREF(pinned);
+  return via;
+}
+
+/* What one CUDA operation enqueues: a copy or a kernel launch (run without the GIL). */
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void *, void **, void **);
+typedef struct {
+  int launch;                      /* 0: copy(dst, src, size), 1: launch */
+  cu_copy_t copy;
+  uintptr_t dst, src;
+  size_t size;
+  void *fn;
+  unsigned grid, block, shared;
+  void **params;
+} CuWork;
+
+/* Whether the copier may run work now: the context alive (CUDADriver.alive()). */
+static int cuda_alive(Accel *a) {
+  PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);
+  if (!dead) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_DECREF(dead);
+  return dead == Py_None;                      /* else Python raises the sticky error */
+}
+
+/* Run `w` on a free stream of the copier and wait for it, as the one-call paths of
+ * CUDADevice do: the context made current, the work enqueued and spun on with the GIL
+ * released, a longer wait polled by Python (Ctrl-C works), an error raised by the
+ * driver's check as `what`'s. 1 done, 0 no free stream (nothing done), -1 an exception. */
+static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
+  Copier *c = &a->copier;
+  int s = -1;
+  for (int i = 0; i < c->nstreams; i++)
+    if (!c->taken[i]) {
+      s = i;
+      break;
+    }
+  if (s < 0)
+    return 0;
+  c->taken[s] = 1;                             /* under the GIL: ours alone */
+  void *stream = (void *)c->stream[s];
+  query_t query = (query_t)c->query;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
+  if (rc == 0)
+    rc = w->launch ? ((cu_launch_t)c->launch)(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared,
+                                              stream, w->params, NULL)
+                   : w->copy(w->dst, w->src, w->size, stream);
+  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
+    double until = seconds() + c->spin;
+    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  Py_END_ALLOW_THREADS
+  if (rc == CU_NOT_READY) {
+    PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
+    PyObject *r = PyObject_Vectorcall(R(a, POLL), call, 1, NULL);
+    if (!r)
+      return -1;                               /* interrupted: the stream stays out */
+    rc = (int)PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (rc == -1 && PyErr_Occurred())
+      return -1;
+  }
+  c->taken[s] = 0;
+  if (rc) {
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *call[2] = {code, what};
+    PyObject *r = code ? PyObject_Vectorcall(R(a, CHECK), call, 2, NULL) : NULL;
+    Py_XDECREF(code);
+    if (!r)
+      return -1;
+    Py_DECREF(r);
+  }
+  return 1;
+}
+
+/* One update copy of n bytes between host p and device tgt: 1 done, 0 not here (nothing
+ * done: the caller takes the Python path), -1 an exception. */
+static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssize_t n) {
+  Copier *c = &a->copier;
+  if (c->kind == COPY_MEMCPY) {
+    if (!plain_copy(a, n))
+      return 0;
+    void *dst = (void *)(to_device ? tgt : p);
+    const void *src = (const void *)(to_device ? p : tgt);
+    if (n > a->limit) {
+      Py_BEGIN_ALLOW_THREADS
+      memcpy(dst, src, (size_t)n);
+      Py_END_ALLOW_THREADS
+    } else {
+      memcpy(dst, src, (size_t)n);
+    }
+    return add_stat(a, to_device ? s_to_unpinned : s_from_unpinned, n) < 0 ? -1 : 1;
+  }
+  if (c->kind != COPY_CUDA)
+    return 0;
+  if (!cuda_alive(a) || !pinned_via(a, p, n))
+    return 0;
+  CuWork w = {0, (cu_copy_t)(to_device ? c->h2d : c->d2h), to_device ? tgt : p,
+              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL};
+  PyObject *what = to_device ? s_h2d_name : s_d2h_name;
+  int done = on_stream(a, &w, what);
+  if (done <= 0)
+    return done;
+  return add_stat(a, to_device ? s_to_pinned : s_from_pinned, n) < 0 ? -1 : 1;
+}
+
+/* Launch kernel `spec` = (function, grid, block, shared bytes, parameter sizes, name, what)
+ * with the integer arguments `kargs` on one of the copier's streams and wait, as
+ * CUDADevice._launch_impl's one-call path: 1 done, 0 not here (nothing done), -1 an
+ * exception. */
+static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
+  Copier *c = &a->copier;
+  unsigned long long fn;
+  unsigned grid, block, shared;
+  PyObject *sizes, *name, *what;
+  if (c->kind != COPY_CUDA || !c->launch ||
+      !PyArg_ParseTuple(spec, "KIIIO!UU", &fn, &grid, &block, &shared, &PyTuple_Type, &sizes,
+                        &name, &what)) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_ssize_t count = PyList_GET_SIZE(kargs);
+  if (count != PyTuple_GET_SIZE(sizes) || count > 32)
+    return 0;
+  uint64_t slot[32];
+  void *param[32];
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject *v = PyList_GET_ITEM(kargs, i);
+    long sz = PyLong_AsLong(PyTuple_GET_ITEM(sizes, i));
+    if (!PyLong_CheckExact(v) || sz < 1 || sz > 8) {
+      PyErr_Clear();
+      return 0;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (PyErr_Occurred() || (sz < 8 && (x >> (8 * sz)))) {
+      PyErr_Clear();                            /* negative or too large: Python packs */
+      return 0;
+    }
+    slot[i] = x;                                /* little-endian: the low sz bytes */
+    param[i] = &slot[i];
+  }
+  if (!cuda_alive(a))
+    return 0;
+  if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
+    return -1;
+  CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL};
+  return on_stream(a, &w, what);
+}
+
+/* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
+static int release_one(Accel *a, PyObject *e) {
+  if (hold_wait(a) < 0)                                        /* blocking, as Python */
+    return -1;
+  int rc = 0;
+  PyObject *one = PyLong_FromLong(1);
+  PyObject *busy = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
+  Py_XDECREF(one);
+  if (busy)
+    put(a, e, BUSY, busy, NULL);
+  else
+    rc = -1;
+  if (!attr_false(R(a, TABLE), s_waiting)) {
+    PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+    if (w)
+      Py_DECREF(w);
+    else
+      rc = -1;
+  }
+  hold_give(a, 1);
+  return rc;
+}
+
+/* update_plain(p, n, t): MappingTable.update_plain (target_data_update of one item over
+ * [p, p+n), t = TO or FROM): absent data skipped, present data copied now. */
+static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  uintptr_t p;
+  Py_ssize_t n;
+  long t;
+  if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !plain_args(a, args, &p, &n, &t) ||
+      (t != 1 && t != 2))
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  if (!hold_try(a, 1))
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  PyObject *e = PyDict_GetItemWithError(R(a, BY_START), args[0]);
+  if (!e && !PyErr_Occurred()) {
+    Py_ssize_t i = bisect_right(R(a, STARTS), p) - 1;
+    if (i >= 0 && i < PyList_GET_SIZE(R(a, ENTRIES)))
+      e = PyList_GET_ITEM(R(a, ENTRIES), i);
+  }
+  uintptr_t begin, end, tgt0;
+  PyObject *one = NULL, *busy = NULL;
+  if (!e || !IS_ENTRY(a, e) || !as_addr(SLOT(a, e, HST_BEGIN), &begin) ||
+      !as_addr(SLOT(a, e, HST_END), &end) || p < begin || p + (uintptr_t)n > end ||
+      !as_addr(SLOT(a, e, TGT_BEGIN), &tgt0) || !tgt0 || SLOT(a, e, SHADOWS) != Py_None ||
+      !made(SLOT(a, e, READY)) || !(one = PyLong_FromLong(1)) ||
+      !(busy = PyNumber_Add(SLOT(a, e, BUSY), one))) {
+    Py_XDECREF(one);
+    PyErr_Clear();
+    hold_give(a, 1);
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
+  }
+  Py_DECREF(one);
+  put(a, e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
+  Py_INCREF(e);
+  hold_give(a, 1);
+  int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);
+  PyObject *typ = NULL, *err = NULL, *tb = NULL;
+  if (done < 0)
+    PyErr_Fetch(&typ, &err, &tb);              /* the copy's error, raised after */
+  int released = release_one(a, e);
+  Py_DECREF(e);
+  if (done < 0) {
+    if (released < 0)
+      PyErr_Clear();
+    PyErr_Restore(typ, err, tb);
+    return NULL;
+  }
+  if (released < 0)
+    return NULL;
+  if (done == 0)
+    return fallback(a, UPDATE_PY, args, nargs, kwnames);
+  Py_RETURN_NONE;
+}
+
+/* update_arrays(to, from_): target_update's common call, one plain numpy array in all
+ * (see plain_array), made as update_plain makes it: True; None when the lists hold
+ * anything else (nothing done: the Python path). */
+static PyObject *Accel_update_arrays(Accel *a, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "update_arrays(to, from_)");
+    return NULL;
+  }
+  PyObject *to = args[0], *from = args[1];
+  if (!(PyList_CheckExact(to) || PyTuple_CheckExact(to)) ||
+      !(PyList_CheckExact(from) || PyTuple_CheckExact(from)) ||
+      PySequence_Fast_GET_SIZE(to) + PySequence_Fast_GET_SIZE(from) != 1)
+    Py_RETURN_NONE;
+  long t = PySequence_Fast_GET_SIZE(to) ? 1 : 2;
+  PyObject *arr = PySequence_Fast_GET_ITEM(t == 1 ? to : from, 0);
+  uintptr_t p;
+  Py_ssize_t n;
+  int ro;
+  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || plain_buffer(arr, t, &p, &n, &ro) != 1)
+    Py_RETURN_NONE;
+  PyObject *argv[3] = {PyLong_FromUnsignedLongLong((unsigned long long)p),
+                       PyLong_FromSsize_t(n), PyLong_FromLong(t)};
+  PyObject *r = argv[0] && argv[1] && argv[2]
+                    ? Accel_update(a, argv, 3, NULL) : NULL;
+  Py_XDECREF(argv[0]); Py_XDECREF(argv[1]); Py_XDECREF(argv[2]);
+  if (!r)
+    return NULL;
+  Py_DECREF(r);
+  Py_RETURN_TRUE;
+}
