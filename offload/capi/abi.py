@@ -125,7 +125,7 @@ for _d in (
     "int32_t ndeps, void *dep_list, int32_t have_nowait)",
     "void __tgt_set_info_flag(uint32_t flags)", "int __tgt_print_device_info(int64_t dev)",
     "int __tgt_activate_record_replay(int64_t dev, uint64_t memory_size, void *vaddr, "
-    "_Bool is_record, _Bool save_output)",
+    "_Bool is_record, _Bool save_output, uint64_t *req_ptr_arg_offset)",
     "void ompt_libomptarget_connect(void *result)",
     # not in LLVM 19: what libomp looks for first (see the ABI notes, section 2)
     "int __tgt_get_num_devices(void)", "int tgt_pause_resource(int kind, int device_num)",

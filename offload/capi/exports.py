@@ -45,6 +45,7 @@ from .kernels import (
     dump_tables_at_exit,
     legacy_target,
     target_kernel,
+    target_replay,
 )
 
 _live_libs = 0
@@ -203,7 +204,7 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_target_teams_nowait_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl, *deps:
         legacy_target(dev, hp, n, b, a, s, t, nm, m))
-    ext("__tgt_target_kernel_replay", OFFLOAD_FAIL)(_replay)
+    ext("__tgt_target_kernel_replay", OFFLOAD_FAIL)(target_replay)
     ext("__kmpc_push_target_tripcount")(lambda dev, trip: None)    # the host ignores it
     ext("__kmpc_push_target_tripcount_mapper")(lambda loc, dev, trip: None)
 
@@ -264,7 +265,7 @@ def bind(lib_ffi: Any) -> None:
 
     ext("__tgt_set_info_flag")(_set_info)
     ext("__tgt_print_device_info", 0)(_print_device_info)
-    ext("__tgt_activate_record_replay", OFFLOAD_FAIL)(_replay)
+    ext("__tgt_activate_record_replay", OFFLOAD_FAIL)(_record_replay)
     ext("ompt_libomptarget_connect")(lambda result: None)   # no OMPT tool support
 
 
@@ -311,10 +312,15 @@ def _nowait_query(handle: Any) -> None:
         ffi.cast("void **", handle)[0] = ffi.NULL
 
 
-def _replay(*args: Any) -> int:
-    """__tgt_target_kernel_replay and __tgt_activate_record_replay: not supported."""
-    sys.stderr.write("omptarget error: kernel record and replay is not supported by "
-                     "offload\n")
+def _record_replay(dev: int, size: int, vaddr: Any, is_record: bool, save_output: bool,
+                   offset: Any) -> int:
+    """__tgt_activate_record_replay: kernel recording (LLVM 19's RecordReplayTy) is not
+    supported by offload; the call says so and fails. Replaying recorded kernels
+    (__tgt_target_kernel_replay) needs no activation here."""
+    sys.stderr.write("omptarget error: kernel recording (__tgt_activate_record_replay) is not "
+                     "supported by offload\n")
+    if offset != ffi.NULL:
+        ffi.cast("uint64_t *", offset)[0] = 0
     return OFFLOAD_FAIL
 
 

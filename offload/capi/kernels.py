@@ -11,7 +11,7 @@ from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
 from . import maps
 from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, ensure_runtime, fatal, registry
-from .images import _cast, addr, ffi
+from .images import _T_UINTPTR, _cast, addr, ffi
 
 # (region id, device number) -> (registry version, (loaded program, kernel name))
 _KERNELS: dict[tuple[int, int], tuple[int, tuple[Any, str]]] = {}
@@ -148,6 +148,41 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")
         return OFFLOAD_FAIL
+
+
+def target_replay(loc: Any, dev: int, host_ptr: Any, memory: Any, size: int, tgt_args: Any,
+                  tgt_offsets: Any, num_args: int, teams: int, threads: int,
+                  tripcount: int) -> int:
+    """__tgt_target_kernel_replay, as LLVM 19's target_replay: the kernel of region
+    `host_ptr` runs on the device with the `num_args` arguments tgt_args[i] +
+    tgt_offsets[i] (after the launch environment, as a region's kernel gets it: what
+    LLVM 19's runtime passes), once `size` bytes of `memory` were copied into a new
+    device allocation; the call returns once it ran. The allocation is freed after
+    (LLVM 19 keeps it)."""
+    d = construct_device(dev)
+    if d is None:
+        return OFFLOAD_FAIL                   # not offloading to the initial device
+    try:
+        fn, name = _kernel(d, addr(host_ptr))
+        args = [(int(_cast(_T_UINTPTR, tgt_args[i])) + int(tgt_offsets[i])) & (2**64 - 1)
+                for i in range(num_args)]
+        tgt = d.alloc(size) if size > 0 else 0
+        try:
+            if size > 0:
+                d.submit(tgt, addr(memory), size)
+            blocks, block, mode = d.generic.omp_launch(fn, name, args, teams, threads,
+                                                       tripcount)
+        finally:
+            if tgt:
+                d.free(tgt)
+    except OffloadError as exc:
+        sys.stderr.write(f"omptarget error: {exc.message}\n")
+        fatal("failure of target construct while offloading is mandatory")
+        return OFFLOAD_FAIL
+    if d.table.info & 0x10:                      # LIBOMPTARGET_INFO: PLUGIN_KERNEL
+        plugin_say(d.local_id, f"Launching kernel {name} with {blocks} blocks and "
+                               f"{block} threads in {mode} mode")
+    return OFFLOAD_SUCCESS
 
 
 def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
