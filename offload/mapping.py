@@ -656,7 +656,7 @@ class MappingTable:
             return
         if c is None:                          # the only clause: copy now or never
             if n > 0 and (t & _ALWAYS or last or released_before):
-                self._copy_from(p, e.tgt_begin + (p - e.hst_begin), n, e.name, queue, e)
+                self._copy_back(p, n, e, queue)
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -671,8 +671,15 @@ class MappingTable:
             if key in c.copied_from:
                 continue
             c.copied_from.add(key)
-            self._copy_from(d.host, e.tgt_begin + (d.host - e.hst_begin), d.size, e.name,
-                            queue, e)
+            self._copy_back(d.host, d.size, e, queue)
+
+    def _copy_back(self, p: int, n: int, e: HostDataToTarget, queue: Any) -> None:
+        """Copy [p, p+n) back from entry `e`, as far as `e` holds it: an implicit item may
+        meet a smaller mapping (another thread released the region's own and mapped a part
+        of the array since); the bytes outside it have no device copy to come from."""
+        lo, hi = max(p, e.hst_begin), min(p + n, e.hst_end)
+        if hi > lo:
+            self._copy_from(lo, e.tgt_begin + (lo - e.hst_begin), hi - lo, e.name, queue, e)
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,

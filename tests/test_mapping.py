@@ -563,3 +563,27 @@ def test_many_threads_map_one_array(rt, add_one):
 
     run_threads(work, [()] * 8)
     assert len(table()) == 0 and allocs() == 0
+
+
+def test_an_implicit_unmap_meeting_a_smaller_mapping_copies_back_only_what_it_holds(runtime):
+    """A region's implicit tofrom of a whole array, whose mapping another construct
+    released meanwhile while a part of the array was mapped again: the region's end finds
+    the smaller mapping (as LLVM's lookup does for implicit items) and copies back only
+    the bytes that mapping holds, not the whole array out of a smaller allocation (that
+    read past the allocation and wrote what lay beyond into the rest of the array)."""
+    import ctypes
+    from offload.clauses import MapClause
+    runtime()
+    table = offload.runtime.current().device(0).table
+    a = np.arange(1000, 1256, dtype=np.int32)
+    region = [MapClause(a, MapType.TO | MapType.FROM | MapType.IMPLICIT).item()]
+    table.target_data_begin(region)                                  # the region's map
+    offload.target_exit_data(offload.release(a), device=0)          # another construct
+    offload.target_enter_data(offload.alloc(a[:16]), device=0)      # a part, mapped again
+    small = table.entries()
+    assert [(e.hst_begin, e.size) for e in small] == [(a.ctypes.data, 64)]
+    ctypes.memmove(small[0].tgt_begin, np.full(16, -7, np.int32).ctypes.data, 64)
+    table.target_data_end(region)                                    # the region's unmap
+    assert (a[:16] == -7).all()
+    assert (a[16:] == np.arange(1016, 1256)).all()
+    assert len(table) == 0

@@ -244,8 +244,8 @@ def test_the_last_exit_waits_for_work_in_flight_on_the_mapping(runtime):
 @pytest.mark.parametrize("host_async,limit", [(0, _accel.LIMIT), (1, _accel.LIMIT), (0, 0)])
 def test_threads_sharing_one_array_keep_the_table_consistent(runtime, monkeypatch,
                                                              host_async, limit):
-    """8 threads map, unmap, run regions on and delete the same array at once (every plain
-    path and its fallbacks under contention; with host queues on worker threads, regions
+    """8 threads map, unmap, update, run regions on and delete the same array at once (every
+    plain path and its fallbacks under contention; with host queues on worker threads, regions
     take the general path beside plain enters and exits; limit 0: the accelerator copies
     outside the table lock); the counts never go negative, and one delete afterwards
     leaves no entry and no device allocation."""
@@ -266,9 +266,16 @@ def test_threads_sharing_one_array_keep_the_table_consistent(runtime, monkeypatc
         rng = random.Random(i)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            op = rng.randrange(5)
+            op = rng.randrange(8)
             try:
-                if op == 0:
+                if op == 5:                        # one-array updates, present or not
+                    offload.target_update(to=[a] if rng.random() < 0.5 else [a[8:64]],
+                                          device=0)
+                elif op == 6:
+                    offload.target_update(from_=[a[:128]], device=0)
+                elif op == 7:                      # a region on mapped data, else mapped
+                    offload.target(k.inc, a, a.size, device=0)
+                elif op == 0:
                     offload.target_enter_data(offload.to(a), device=0)
                 elif op == 1:
                     offload.target_exit_data(offload.from_(a), device=0)
