@@ -418,3 +418,77 @@ def test_plain_in_c_answers_as_mapclause_plain(runtime):
                 assert got[:3] == want[:3] and type(got[2]) is int
                 assert got[3] is want[3] and got[4] is want[4]
     assert plain >= 30
+
+
+@pytest.mark.parametrize("accel", [1, 0])
+def test_threads_mixing_whole_and_partial_mappings_on_two_devices(runtime, accel):
+    """8 threads on two devices and two arrays (one above the accelerator's under-the-lock
+    copy size): whole-array maps, unmaps, regions with and without clauses (nowait too),
+    updates, and a part of each array mapped and released beside them. Kernels touch only
+    the first 16 elements, so a region translated through the partial mapping stays inside
+    it. Nothing fails but the documented race ("no longer mapped"), nothing crashes, and
+    every table and device allocation is empty once the references are dropped. (A longer
+    run of this mix found the implicit unmap that copied a whole array out of a smaller
+    mapping; tests/test_mapping.py pins that case down.)"""
+    import os
+    import random
+    import time
+    runtime(OFFLOAD_HOST_NUM_DEVICES=2, OFFLOAD_ACCEL=accel)
+    k = offload.compile_c(SRC)
+    arrays = [np.zeros(256, np.int32), np.zeros(40000, np.int32)]
+    rt = offload.runtime.current()
+    live = [rt.device(d).generic.live_allocations() for d in range(2)]
+    seconds = min(float(os.environ.get("OFFLOAD_STRESS_SECONDS", "3")), 5.0)
+    errors = []
+    counts = [0] * 8
+
+    def work(i):
+        rng = random.Random(100 + i)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            a, d, op = rng.choice(arrays), rng.randrange(2), rng.randrange(11)
+            try:
+                if op == 0:
+                    offload.target_enter_data(offload.to(a), device=d)
+                elif op == 1:
+                    offload.target_exit_data(offload.from_(a), device=d)
+                elif op == 2:
+                    offload.target(k.inc, a, 16, map=[offload.tofrom(a)], device=d)
+                elif op == 3:
+                    with offload.target_data(offload.tofrom(a), device=d):
+                        offload.target(k.inc, a, 16, device=d)
+                elif op == 4:
+                    offload.target_update(to=[a], device=d)
+                elif op == 5:
+                    offload.target_update(from_=[a[:100]], device=d)
+                elif op == 6:
+                    offload.target(k.inc, a, 16, device=d)
+                elif op == 7:
+                    offload.target_enter_data(offload.alloc(a[:64]), device=d)
+                elif op == 8:
+                    offload.target_exit_data(offload.release(a[:64]), device=d)
+                elif op == 9:
+                    offload.target(k.inc, a, 16, map=[offload.tofrom(a)], device=d,
+                                   nowait=True).wait()
+                elif rng.random() < 0.2:
+                    offload.target_exit_data(offload.delete(a), device=d)
+            except OffloadError as exc:
+                if not any(w in exc.message for w in ("extension", "no longer mapped")):
+                    errors.append(repr(exc))
+            except Exception as exc:             # noqa: BLE001 - none expected
+                errors.append(repr(exc))
+            counts[i] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 60)
+    assert not errors, errors[:5]
+    assert sum(counts) > 100
+    for d in range(2):
+        for a in arrays:
+            offload.target_exit_data(offload.delete(a), device=d)
+            offload.target_exit_data(offload.delete(a[:64]), device=d)
+    assert [len(rt.device(d).table) for d in range(2)] == [0, 0]
+    assert [rt.device(d).generic.live_allocations() for d in range(2)] == live
