@@ -112,14 +112,6 @@ def plain_function(config: _config.Config, ndarray: type, not_plain: int,
     return module.plain  # type: ignore[no-any-return]
 
 
-def array_function(config: _config.Config) -> Callable[[Any, int], Any] | None:
-    """plain_array(a, t) in C: (address, size) when an update of type t copies numpy array
-    `a` as one plain item, else None; None without the extension or with OFFLOAD_ACCEL=0
-    (plain_function must have set the module up)."""
-    module = load() if config.accel else None
-    return None if module is None else module.plain_array  # type: ignore[no-any-return]
-
-
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]

@@ -319,14 +319,8 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     if not nowait and not depend and stream is None:
         if dev is not None and not dev.table.info:
             arrays = dev.table.update_arrays
-            if arrays is not None:
-                if arrays(to, from_):          # one plain array, in one C call
-                    return None
-            elif dev.table.plain_array is not None:
-                one = _one_motion(dev.table.plain_array, to, from_)
-                if one is not None:            # one array: in one step (MappingTable)
-                    dev.table.update_plain(*one)
-                    return None
+            if arrays is not None and arrays(to, from_):   # one plain array, one C call
+                return None
         motions = _plain_motions(to, from_)
         if motions is not None:                # the common case: arrays, nothing else
             if dev is not None:
@@ -357,17 +351,6 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         return _construct(update, items, dev, nowait, depend)
     return _construct(dev.table.target_data_update if dev else None, items, dev, nowait,
                       depend)
-
-
-def _one_motion(plain_array: Any, to: Any, from_: Any) -> tuple[int, int, int] | None:
-    """(address, size, TO or FROM) of an update of exactly one plain numpy array (see
-    MappingTable.plain_array), else None."""
-    if (type(to) is not list and type(to) is not tuple) or \
-            (type(from_) is not list and type(from_) is not tuple) or len(to) + len(from_) != 1:
-        return None
-    a, t = (to[0], 1) if to else (from_[0], 2)
-    found = plain_array(a, t)
-    return None if found is None else (found[0], found[1], t)
 
 
 def _plain_motions(to: Any, from_: Any) -> list[MapItem] | None:

@@ -90,9 +90,6 @@ class MappingTable:
         self.plain_of: Callable[[MapClause], Any] = \
             _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
             or MapClause.plain
-        #: (address, size) of an array one update item of type TO or FROM copies plainly,
-        #: else None; None without the accelerator (api.target_update then checks itself)
-        self.plain_array = _accel.array_function(plugin.config)
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 import offload
 from offload import ErrorCode, OffloadError, _accel
 from offload.mapping import MappingTable
+from tests.harness import run_threads
 
 SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
 
@@ -293,11 +294,7 @@ def test_threads_sharing_one_array_keep_the_table_consistent(runtime, monkeypatc
                 errors.append(repr(exc))
             counts[i] += 1
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 60)
+    run_threads(work, [(i,) for i in range(8)], timeout=seconds + 60)
     assert not errors, errors[:5]
     assert sum(counts) > 100
     offload.target_exit_data(offload.delete(a), device=0)
@@ -479,11 +476,7 @@ def test_threads_mixing_whole_and_partial_mappings_on_two_devices(runtime, accel
                 errors.append(repr(exc))
             counts[i] += 1
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 60)
+    run_threads(work, [(i,) for i in range(8)], timeout=seconds + 60)
     assert not errors, errors[:5]
     assert sum(counts) > 100
     for d in range(2):

@@ -120,7 +120,8 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 }
 
 /* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
- *            update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays)
+ *            update_py, limit, stage, copier)
+ * -> (begin_plain, end_plain, update_plain, present, release, update_arrays)
  * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
@@ -264,15 +265,13 @@ static PyMethodDef methods[] = {
     {"plain_setup", plain_setup, METH_VARARGS,
      "plain_setup(ndarray, not_plain, python_plain): the array type, the map-type bits plain "
      "refuses, MapClause.plain for arrays without a C-contiguous buffer."},
-    {"plain_array", (PyCFunction)(void (*)(void))plain_array, METH_FASTCALL,
-     "plain_array(a, t) -> (address, size) when an update of type t copies a as one plain "
-     "item, else None."},
     {"plain", plain, METH_O,
      "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
-     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, present, release, update_arrays) "
+     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, "
+     "present, release, update_arrays) "
      "for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 
@@ -281,7 +280,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1,
 
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
 PyMODINIT_FUNC PyInit__accel_c(void) {
-  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_info, "info"); INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
+  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_info, "info");
+  INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
   INTERN(s_limit, "limit"); INTERN(s_alloc_starts, "_alloc_starts");
   INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");
   INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");
@@ -293,7 +293,8 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
   INTERN(s_last_kernel, "last_kernel"); INTERN(s_h2d_name, "cuMemcpyHtoDAsync");
   INTERN(s_d2h_name, "cuMemcpyDtoHAsync");
-  INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt"); INTERN(s_live, "live"); INTERN(s_closing, "closing");
+  INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt");
+  INTERN(s_live, "live"); INTERN(s_closing, "closing");
   INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
   INTERN(s_shutting, "is shutting down");
   if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||

@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): MapClause.plain and plain_array through the buffer protocol. */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): MapClause.plain through the
+ * buffer protocol. */
 
 /* plain(clause): MapClause.plain in one call (the buffer protocol gives the address, size,
  * C-contiguity and writability at once). Set up by plain_setup(ndarray, not_plain). */
@@ -32,27 +33,6 @@ static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, i
   *pp = (uintptr_t)v.buf;
   PyBuffer_Release(&v);
   return !(objects || *np_ <= 0 || (*rop && (t & 2)));
-}
-
-/* plain_array(a, t): (address, size) of a numpy array an update of type t (TO or FROM)
- * copies as one plain item, or None (not an exact ndarray, not C-contiguous, empty,
- * objects inside, read-only for FROM). */
-static PyObject *plain_array(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-  (void)mod;
-  if (nargs != 2 || !ndarray_type) {
-    PyErr_SetString(PyExc_TypeError, "plain_array(a, t) after plain_setup");
-    return NULL;
-  }
-  long t = PyLong_AsLong(args[1]);
-  if (t == -1 && PyErr_Occurred())
-    return NULL;
-  uintptr_t p;
-  Py_ssize_t n;
-  int ro;
-  if (Py_TYPE(args[0]) != (PyTypeObject *)ndarray_type ||
-      plain_buffer(args[0], t, &p, &n, &ro) != 1)
-    Py_RETURN_NONE;
-  return Py_BuildValue("(Kn)", (unsigned long long)p, n);
 }
 
 static PyObject *plain(PyObject *mod, PyObject *clause) {

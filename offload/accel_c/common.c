@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): the shared state, the table's and device's objects, and helpers. */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): the shared state, the table's
+ * and device's objects, and helpers. */
 
 /* Slots of HostDataToTarget, by their offsets in the object. */
 enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
@@ -81,6 +82,13 @@ static void hold_give(Accel *a, int t) {
     lock_give(l);
   else
     unlock(R(a, t ? RELEASE : DEV_RELEASE));
+}
+
+/* Give back the device's lock (when `dev_locked`), then the table's. */
+static void give_locks(Accel *a, int dev_locked) {
+  if (dev_locked)
+    hold_give(a, 0);
+  hold_give(a, 1);
 }
 
 /* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
@@ -267,4 +275,27 @@ static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t 
   *n = (Py_ssize_t)nn;
   *t = (long)tt;
   return 1;
+}
+
+/* busy -= 1 on entry e (the caller holds the table lock): 0, or -1 with an exception. */
+static int unmark_one(Accel *a, PyObject *e) {
+  PyObject *one = PyLong_FromLong(1);
+  PyObject *less = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
+  Py_XDECREF(one);
+  if (!less)
+    return -1;
+  put(a, e, BUSY, less, NULL);
+  return 0;
+}
+
+/* Wake the threads waiting on the table's _idle condition, as release_busy does (the
+ * caller holds the table lock): 0, or -1 with an exception. */
+static int wake_waiters(Accel *a) {
+  if (attr_false(R(a, TABLE), s_waiting))
+    return 0;
+  PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+  if (!w)
+    return -1;
+  Py_DECREF(w);
+  return 0;
 }

@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): a lock the C paths take directly. */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): a lock the C paths take
+ * directly. */
 
 /* Lock: threading.Lock's interface (acquire(blocking=True, timeout=-1), release, locked,
  * the context manager) over a PyThread lock that the accelerator's C paths take and

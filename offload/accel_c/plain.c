@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): one plain clause's map and unmap (begin_plain, end_plain). */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): one plain clause's map and
+ * unmap (begin_plain, end_plain). */
 
 /* begin_plain(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_plain. */
 static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
@@ -166,15 +167,11 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
 
 slow:
   PyErr_Clear();
-  if (dev_locked)
-    hold_give(a, 0);
-  hold_give(a, 1);
+  give_locks(a, dev_locked);
   Py_XDECREF(one);
   return fallback(a, BEGIN_PY, args, nargs, kwnames);
 done:
-  if (dev_locked)
-    hold_give(a, 0);
-  hold_give(a, 1);
+  give_locks(a, dev_locked);
   Py_XDECREF(one);
   return result;
 }
@@ -326,14 +323,10 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
 
 slow:
   PyErr_Clear();
-  if (dev_locked)
-    hold_give(a, 0);
-  hold_give(a, 1);
+  give_locks(a, dev_locked);
   return fallback(a, END_PY, args, nargs, kwnames);
 done:
-  if (dev_locked)
-    hold_give(a, 0);
-  hold_give(a, 1);
+  give_locks(a, dev_locked);
   Py_XDECREF(gone_owner);
   Py_XDECREF(keep);
   return result;

@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): a region's arguments on mapped data (present) and release_busy (release). */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): a region's arguments on
+ * mapped data (present) and release_busy (release). */
 
 /* present(args) -> (kernel arguments, entries) or None: _target_on_present's first half
  * (see target.py). Each exact numpy array argument must be C-contiguous and share a byte
@@ -75,20 +76,11 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
       Py_XDECREF(busy);
       Py_XDECREF(dev_addr);
       PyErr_Clear();
-      for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++) {   /* undo */
-        PyObject *f = PyList_GET_ITEM(marked, m);
-        PyObject *o1 = PyLong_FromLong(1);
-        PyObject *less = o1 ? PyNumber_Subtract(SLOT(a, f, BUSY), o1) : NULL;
-        Py_XDECREF(o1);
-        if (less)
-          put(a, f, BUSY, less, NULL);
-      }
+      for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++)     /* undo */
+        unmark_one(a, PyList_GET_ITEM(marked, m));
+      if (PyList_GET_SIZE(marked))
+        wake_waiters(a);
       PyErr_Clear();
-      if (PyList_GET_SIZE(marked) && !attr_false(R(a, TABLE), s_waiting)) {
-        PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
-        Py_XDECREF(w);
-        PyErr_Clear();
-      }
       hold_give(a, 1);
       goto none;
     }
@@ -140,23 +132,9 @@ static PyObject *release_list(Accel *a, PyObject *entries) {
   if (hold_wait(a) < 0)                                        /* blocking, as Python */
     return NULL;
   int bad = 0;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++) {
-    PyObject *e = PyList_GET_ITEM(entries, i);
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *less = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
-    Py_XDECREF(one);
-    if (less)
-      put(a, e, BUSY, less, NULL);
-    else
-      bad = 1;
-  }
-  if (!bad && !attr_false(R(a, TABLE), s_waiting)) {
-    PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
-    if (w)
-      Py_DECREF(w);
-    else
-      bad = 1;
-  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++)
+    bad = unmark_one(a, PyList_GET_ITEM(entries, i)) < 0;
+  bad = bad || wake_waiters(a) < 0;
   hold_give(a, 1);
   if (bad)
     return NULL;

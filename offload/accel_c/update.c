@@ -1,4 +1,5 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): updates and CUDA launches: memcpy, or the driver's entry points on the copier's streams. */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): updates and CUDA launches:
+ * memcpy, or the driver's entry points on the copier's streams. */
 
 static double seconds(void) {
   struct timespec t;
@@ -214,21 +215,9 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
 static int release_one(Accel *a, PyObject *e) {
   if (hold_wait(a) < 0)                                        /* blocking, as Python */
     return -1;
-  int rc = 0;
-  PyObject *one = PyLong_FromLong(1);
-  PyObject *busy = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
-  Py_XDECREF(one);
-  if (busy)
-    put(a, e, BUSY, busy, NULL);
-  else
+  int rc = unmark_one(a, e);
+  if (rc == 0 && wake_waiters(a) < 0)
     rc = -1;
-  if (!attr_false(R(a, TABLE), s_waiting)) {
-    PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
-    if (w)
-      Py_DECREF(w);
-    else
-      rc = -1;
-  }
   hold_give(a, 1);
   return rc;
 }
@@ -288,8 +277,8 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
 }
 
 /* update_arrays(to, from_): target_update's common call, one plain numpy array in all
- * (see plain_array), made as update_plain makes it: True; None when the lists hold
- * anything else (nothing done: the Python path). */
+ * (exact ndarray, C-contiguous, plain dtype, writeable for FROM), made as update_plain
+ * makes it: True; None when the lists hold anything else (nothing done: Python path). */
 static PyObject *Accel_update_arrays(Accel *a, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames) {
   if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || !ndarray_type) {

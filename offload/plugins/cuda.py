@@ -250,17 +250,16 @@ class CUDADevice(GenericDevice):
         spec = kernel.fast_launch.get(key)
         if spec is not None or self.plugin.fast is None:
             return spec
-        fn, max_threads = kernel.handle
         try:
-            grid, block = int(teams or 1), int(threads or 128)
-        except (TypeError, ValueError):
+            grid, block = self._geometry(kernel, teams, threads, shared_mem)
+        except (OffloadError, TypeError, ValueError):
             return None
         sizes = tuple(kernel.params)
-        if not (1 <= block <= min(max_threads, self.max_block) and 1 <= grid <= self.max_grid
-                and 0 <= shared_mem <= SHARED_DEFAULT and len(sizes) <= 32
+        if not (0 <= shared_mem <= SHARED_DEFAULT and len(sizes) <= 32
                 and all(sz in _UNSIGNED for sz in sizes)):
             return None
-        spec = (int(_ffi.cast("uintptr_t", fn)), grid, block, shared_mem, sizes, kernel.name,
+        spec = (int(_ffi.cast("uintptr_t", kernel.handle[0])), grid, block, shared_mem, sizes,
+                kernel.name,
                 f"cuLaunchKernel({kernel.name}, grid={grid}, block={block})")
         if len(kernel.fast_launch) < 64:
             kernel.fast_launch[key] = spec
@@ -473,10 +472,12 @@ class CUDADevice(GenericDevice):
         return GenericKernel(name, (f[0], limit[0]), sizes, decl or f"parameter sizes {sizes}",
                              types)
 
-    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
-                     threads: int | None, queue: Any, shared_mem: int = 0) -> None:
+    def _geometry(self, kernel: GenericKernel, teams: int | None, threads: int | None,
+                  shared_mem: int) -> tuple[int, int]:
+        """(blocks, threads per block) of a launch; INVALID_VALUE beyond the kernel's or
+        the device's limits."""
         name = kernel.name
-        fn, max_threads = kernel.handle
+        max_threads = kernel.handle[1]
         grid, block = int(teams or 1), int(threads or 128)
         if not 1 <= block <= min(max_threads, self.max_block):
             raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -490,6 +491,13 @@ class CUDADevice(GenericDevice):
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"kernel '{name}': shared_mem={shared_mem} bytes, the device "
                                f"allows {self.max_shared}")
+        return grid, block
+
+    def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
+                     threads: int | None, queue: Any, shared_mem: int = 0) -> None:
+        name = kernel.name
+        fn = kernel.handle[0]
+        grid, block = self._geometry(kernel, teams, threads, shared_mem)
         state = kernel.launch_state
         if state is None:
             state = kernel.launch_state = _ArgBuffers(kernel.params)
