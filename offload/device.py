@@ -5,6 +5,7 @@ import contextlib
 import weakref
 from typing import Any
 
+from . import tracing
 from .config import Config
 from .errors import ErrorCode, OffloadError
 from .image import Binary, Kernel
@@ -42,25 +43,37 @@ class Device:
         self.plugin.data_unlock(self.local_id, host)
 
     # ---- memory -----------------------------------------------------------
+    # (each told to the tool, when there is one: offload.tracing, LLVM's DeviceTy hooks)
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> int:
-        return self.plugin.data_alloc(self.local_id, size, kind)
+        with tracing.alloc(self.number, 0, size) as op:
+            op.dst = addr = self.plugin.data_alloc(self.local_id, size, kind)
+        return addr
 
     def free(self, addr: int, kind: AllocKind = AllocKind.DEVICE) -> None:
-        self.plugin.data_delete(self.local_id, addr, kind)
+        with tracing.delete(self.number, addr):
+            self.plugin.data_delete(self.local_id, addr, kind)
 
     def submit(self, tgt: int, host: int, size: int, queue: Any = None) -> None:
-        self.plugin.data_submit(self.local_id, tgt, host, size, queue)
+        with tracing.submit(self.number, tgt, host, size):
+            self.plugin.data_submit(self.local_id, tgt, host, size, queue)
 
     def retrieve(self, host: int, tgt: int, size: int, queue: Any = None) -> None:
-        self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
+        with tracing.retrieve(self.number, host, tgt, size):
+            self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
 
     def fill(self, tgt: int, value: int, size: int) -> None:
         self.plugin.data_fill(self.local_id, tgt, value, size)
 
     def exchange(self, src: int, dst_device: Device, dst: int, size: int,
                  queue: Any = None) -> bool:
-        return self.plugin.data_exchange(self.local_id, src, dst_device.plugin,
+        """A device-to-device copy, when the plugins can make it (False: they cannot).
+        Told to a tool, once made, as LLVM tells it: a transfer from device between two
+        devices."""
+        done = self.plugin.data_exchange(self.local_id, src, dst_device.plugin,
                                          dst_device.local_id, dst, size, queue)
+        if done:
+            tracing.note(tracing.FROM_DEVICE, src, self.number, dst, dst_device.number, size)
+        return done
 
     def check_range(self, addr: int, size: int, what: str) -> None:
         """INVALID_VALUE when [addr, addr+size) starts inside one of this device's

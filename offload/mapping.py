@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _accel
+from . import _accel, tracing
 from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from .config import Info
 from .diagnostics import caller, dump_table, error, explicit_extension, present_missing, say
@@ -36,6 +36,7 @@ _MEMBER = int(MapType.MEMBER)
 _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
                                                int(Info.MAPPING_CHANGED),
                                                int(Info.DATA_TRANSFER))
+TRACED = 1 << 30          # MappingTable.info: a tool hears the data operations (offload.tracing)
 
 
 class _Construct:
@@ -58,7 +59,9 @@ class MappingTable:
         self.plugin = plugin
         self.device = device          # plugin-local id
         self.number = number          # global device number, for messages
-        self.info = int(info)
+        #: LIBOMPTARGET_INFO bits, and TRACED while a tool hears data operations (any bit
+        #: keeps a construct off the fewer-steps paths, which tell no one)
+        self.info = int(info) | (TRACED if tracing.tool is not None else 0)
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
         self._lock = _accel.new_lock(plugin.config)
         self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
@@ -334,7 +337,7 @@ class MappingTable:
         assert ready is not None
         plugin = self.plugin
         try:
-            e.tgt_begin = tgt = self._dev.alloc(n, AllocKind.DEVICE)
+            e.tgt_begin = tgt = self._alloc(p, n)
             if self.info:
                 e.where = it.where or caller()
                 if self.info & _I_CHANGED:
@@ -348,14 +351,17 @@ class MappingTable:
             if int(it.type) & _TO:
                 if c is not None:
                     c.copied_to.add((p, n))
-                if self.info & _I_TRANSFER:
-                    self._copy_to(p, tgt, n, it.name, queue)
-                else:
-                    plugin.data_submit(self.device, tgt, p, n, queue)
+                self._copy_to(p, tgt, n, it.name, queue)
         except BaseException:
             self._abandon(e)
             raise
         ready.release()
+        return tgt
+
+    def _alloc(self, p: int, n: int) -> int:
+        """Device memory for n bytes mapping host memory at p."""
+        with tracing.alloc(self.number, p, n) as op:
+            op.dst = tgt = self._dev.alloc(n, AllocKind.DEVICE)
         return tgt
 
     def _abandon(self, e: HostDataToTarget) -> None:
@@ -472,7 +478,8 @@ class MappingTable:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size={n}, Name={name or 'unknown'}")
-        self.plugin.data_submit(self.device, tgt, p, n, queue)
+        with tracing.submit(self.number, tgt, p, n):
+            self.plugin.data_submit(self.device, tgt, p, n, queue)
         if e is not None and e.shadows:       # the copy brought host pointers along:
             if queue is not None:             # their device values go back on top
                 self.plugin.synchronize(self.device, queue)
@@ -485,7 +492,8 @@ class MappingTable:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:016x}, "
                       f"HstPtr=0x{p:016x}, Size={n}, Name={name or 'unknown'}")
-        self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+        with tracing.retrieve(self.number, p, tgt, n):
+            self.plugin.data_retrieve(self.device, p, tgt, n, queue)
         if e is not None and e.shadows:       # device pointers came back: the host
             if queue is not None:             # keeps its own values
                 self.plugin.synchronize(self.device, queue)
@@ -528,7 +536,8 @@ class MappingTable:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{src:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size=8, Name={e.name or 'unknown'}")
-        self.plugin.data_submit(self.device, tgt, src, 8)
+        with tracing.submit(self.number, tgt, src, 8):
+            self.plugin.data_submit(self.device, tgt, src, 8)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
         """Take back the reference `it` took on `e` (no copies)."""
@@ -550,7 +559,8 @@ class MappingTable:
         """Free a removed entry's device memory and pin reference."""
         try:
             if e.owned and e.tgt_begin:
-                self._dev.free(e.tgt_begin, AllocKind.DEVICE)
+                with tracing.delete(self.number, e.tgt_begin):
+                    self._dev.free(e.tgt_begin, AllocKind.DEVICE)
         finally:
             if e.pinned:
                 e.pinned = False

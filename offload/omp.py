@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import tracing
 from .arrays import buffer, integer
 from .config import Info
 from .device import Device
@@ -357,6 +358,7 @@ def omp_target_associate_ptr(host_ptr: Any, device_ptr: Any, size: int, device_o
         if h == 0 or t == 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"{what}: NULL {'host_ptr' if h == 0 else 'device_ptr'}")
+        tracing.note(tracing.ASSOCIATE, h, None, t, dev.number, n)
         dev.table.associate(h, t + off, n)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
@@ -371,7 +373,9 @@ def omp_target_disassociate_ptr(host_ptr: Any, device_num: int) -> int:
         if dev is None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                "omp_target_disassociate_ptr: not for the initial device")
-        dev.table.disassociate(buffer(host_ptr, "omp_target_disassociate_ptr: host_ptr")[0])
+        h = buffer(host_ptr, "omp_target_disassociate_ptr: host_ptr")[0]
+        tracing.note(tracing.DISASSOCIATE, h, None, 0, dev.number, 0)
+        dev.table.disassociate(h)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         return _fail(exc, OFFLOAD_FAIL)

@@ -8,7 +8,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
 # lower number = lower layer; a module may import only modules of a lower layer
 LAYERS = {
-    "errors": 0, "completions": 0, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
+    "errors": 0, "completions": 0, "tracing": 0, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
     "diagnostics": 4, "pinned": 2, "image": 2, "compiler": 3, "targets": 3,
     "plugins._libc": 3, "plugins.args": 2, "plugins.memory_pool": 3, "plugins.queues": 3,
     "plugins.staging": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
@@ -16,7 +16,7 @@ LAYERS = {
     "plugins.amdgpu": 6, "plugins": 0, "mapping": 7, "device": 8, "plugin_manager": 9,
     "runtime": 10, "api": 11, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
     "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
-    "capi.interop_objects": 12.4,
+    "capi.interop_objects": 12.4, "capi.ompt": 12.35,
     "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14,
 }
 

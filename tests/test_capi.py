@@ -230,6 +230,30 @@ def test_mapper_on_data_constructs_where_llvm_19_moves_nothing(tmp_path, ours):
                                 "after data: 55"]
 
 
+def test_ompt_non_emi_tool_gets_an_id_for_enter_data(tmp_path, ours):
+    """A non-EMI OMPT tool hears what LLVM 19 tells it (ompt_non_emi_beyond_llvm.c.in),
+    except that `target enter data` gets a target id of its own (LLVM 19: 0, so the
+    region's data operations fall under no region)."""
+    rc, out, err = run_on_ours(tmp_path, ours, "ompt_non_emi_beyond_llvm.c.in")
+    assert rc == 0, err
+    llvm = run(str(tmp_path / "ompt_non_emi_beyond_llvm"), LLVM_LIB)
+    assert llvm[0] == 0, llvm[2]
+    expected, inside, changed = [], False, 0
+    for line in llvm[1].splitlines():
+        if line.startswith("target enter_data begin"):
+            inside = True
+            line = line.replace(" id=0 ", " id=new ")
+        elif line.startswith("target enter_data end"):
+            inside = False
+            line = line.replace(" id=0 ", " id=cur ")
+        elif inside and line.startswith("data_op "):
+            line = line.replace(" target=0 ", " target=cur ")
+        changed += line not in llvm[1].splitlines()
+        expected.append(line)
+    assert changed == 8                  # two enter data regions: begin, end, two copies
+    assert out.splitlines() == expected
+
+
 @pytest.fixture(scope="module")
 def built_g(tmp_path_factory):
     out = tmp_path_factory.mktemp("capi_g")

@@ -32,9 +32,9 @@ import sys
 for _p in reversed(%r):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-from _offload_capi import ffi
+from _offload_capi import ffi, lib
 from offload.capi import exports
-exports.bind(ffi)
+exports.bind(ffi, lib)
 '''
 
 
@@ -118,30 +118,57 @@ def _split(decl: str) -> tuple[str, str, str, list[str]]:
     return ret.strip(), name, params, names
 
 
+# exports whose bodies are C (ompt.c), and the C functions the Python side calls
+_IN_C = ("ompt_libomptarget_connect",)
+_C_HELPERS = """
+int offload_ompt_connect(void);
+void offload_ompt_target(int kind, int begin, int device);
+void offload_ompt_data_op(int begin, int op, uintptr_t src, int src_device, uintptr_t dst,
+                          int dst_device, size_t size);
+void offload_ompt_submit(int begin, unsigned teams);
+void offload_ompt_device_initialize(int device, const char *type);
+void offload_ompt_device_finalize(int device);
+void offload_ompt_device_load(int device, uintptr_t image, size_t size);
+"""
+
+
 def _wrappers() -> str:
     """Each export as a C function that calls its Python body through cffi, unless the
     process's Python has been finalized (a library's atexit unregistration after a Python
-    program ended): then it returns what LLVM returns for nothing done."""
+    program ended): then it returns what LLVM returns for nothing done. The outermost
+    export keeps its return address for OMPT's codeptr_ra while it runs."""
     out = []
-    for decl in EXPORTS.values():
+    for name, decl in EXPORTS.items():
+        if name in _IN_C:
+            continue
         ret, name, params, names = _split(decl)
         call = f"_offload_{name}({', '.join(names)})"
         out.append(f"{ret} _offload_{name}({params});")
+        enter = ("const int outer = !offload_return_address; "
+                 "if (outer) offload_return_address = __builtin_return_address(0); ")
+        leave = "if (outer) offload_return_address = NULL; "
         if ret == "void":
-            body = f"if (Py_IsInitialized()) {call};"
+            body = f"{enter}if (Py_IsInitialized()) {call}; {leave}"
         else:
-            body = f"return Py_IsInitialized() ? {call} : ({ret})0;"
+            body = (f"{enter}{ret} r = Py_IsInitialized() ? {call} : ({ret})0; {leave}"
+                    f"return r;")
         out.append(f"__attribute__((visibility(\"default\"))) {ret} {name}({params}) {{ {body} }}")
     return "\n".join(out)
+
+
+def _ompt_source() -> str:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ompt.c")) as f:
+        return f.read()
 
 
 def _c_source() -> str:
     ffi = cffi.FFI()
     ffi.embedding_api("\n".join(decl.replace(f" {name}(", f" _offload_{name}(", 1)
                                  .replace(f"*{name}(", f"*_offload_{name}(", 1)
-                                 for name, decl in EXPORTS.items()))
+                                 for name, decl in EXPORTS.items() if name not in _IN_C))
+    ffi.cdef(_C_HELPERS)
     paths = " ".join(_c_literal(p) + "," for p in _paths())
-    ffi.set_source(_MODULE, _PREAMBLE % paths + _wrappers())
+    ffi.set_source(_MODULE, _PREAMBLE % paths + _ompt_source() + _wrappers())
     ffi.embedding_init_code(_INIT % (_paths(),))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "capi.c")

@@ -17,7 +17,7 @@ from .. import omp, omp_async, runtime
 from ..diagnostics import say
 from ..errors import OffloadError
 from ..runtime import operation
-from . import maps
+from . import maps, ompt
 from .devices import (
     OFFLOAD_FAIL,
     device,
@@ -49,6 +49,7 @@ from .kernels import (
 )
 
 _live_libs = 0
+_lib: Any = None                 # the library's own C functions (OMPT)
 
 
 def _guard(default: Any, fn: Callable[..., Any], runtime_op: bool = True
@@ -76,9 +77,15 @@ def _p(x: Any) -> int:
 
 # ---- registration ------------------------------------------------------------------------
 def register_lib(desc: Any) -> None:
+    """LLVM 19's registration: OMPT connected first (a tool's initial device is then the
+    only one there is), the program's images noted; with a tool, the runtime started and
+    its devices told to it now, as LLVM initializes them here."""
     global _live_libs
+    tool = ompt.connect(_lib) if _lib is not None else False
     registry.register(addr(desc))
     _live_libs += 1
+    if tool:
+        ompt.announce_devices(ensure_runtime())
 
 
 def unregister_lib(desc: Any) -> None:
@@ -89,6 +96,7 @@ def unregister_lib(desc: Any) -> None:
     _live_libs -= 1
     if _live_libs == 0:
         dump_tables_at_exit()
+        ompt.finalize_devices()
         _stop_profile()
     forget_program(prog)
 
@@ -106,6 +114,15 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
         for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
             say(d.number, line)
+    with ompt.region(_REGION_KINDS[kind], d.number):
+        _apply(kind, d, args, bases)
+    dump_tables(d, loc)
+
+
+_REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
+
+
+def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any) -> None:
     try:
         one = maps.plain(d, args) if kind != "update" else None
         if one is not None:                      # one array section: in fewer steps
@@ -122,7 +139,6 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")
-    dump_tables(d, loc)
 
 
 # ---- the OpenMP device API, through offload.omp with pointers as ints ----------------------
@@ -151,8 +167,11 @@ def _stop_profile() -> None:
         _profile.dump_stats(os.environ["OFFLOAD_CAPI_PROFILE"])
 
 
-def bind(lib_ffi: Any) -> None:
-    """Install every export's body (cffi's def_extern) on the library's ffi."""
+def bind(lib_ffi: Any, lib: Any = None) -> None:
+    """Install every export's body (cffi's def_extern) on the library's ffi; `lib`: its
+    C functions (OMPT)."""
+    global _lib
+    _lib = lib
     _start_profile()
 
     def ext(name: str, default: Any = None, runtime_op: bool = True
@@ -214,9 +233,9 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_target_nowait_query")(_nowait_query)
 
     # the OpenMP device API
-    ext("omp_get_num_devices", 0)(num_devices)
-    ext("__tgt_get_num_devices", 0)(num_devices)
-    ext("omp_get_initial_device", 0)(num_devices)
+    ext("omp_get_num_devices", 0, runtime_op=False)(_devices_so_far)
+    ext("__tgt_get_num_devices", 0, runtime_op=False)(_devices_so_far)
+    ext("omp_get_initial_device", 0, runtime_op=False)(_devices_so_far)
     ext("omp_get_device_num", 0)(num_devices)        # called on the host: the initial one
     ext("tgt_pause_resource", 0)(lambda kind, dev: 0)
     ext("omp_get_mapped_ptr", ffi.NULL)(
@@ -266,9 +285,17 @@ def bind(lib_ffi: Any) -> None:
     ext("__tgt_set_info_flag")(_set_info)
     ext("__tgt_print_device_info", 0)(_print_device_info)
     ext("__tgt_activate_record_replay", OFFLOAD_FAIL)(_record_replay)
-    ext("ompt_libomptarget_connect")(lambda result: None)   # no OMPT tool support
 
 
+
+
+def _devices_so_far() -> int:
+    """omp_get_num_devices(): as LLVM 19, none in a C program before its first image
+    registers (libomp asks while OMPT connects), without starting the runtime for it."""
+    if (runtime._process.live is None and not registry.programs
+            and getattr(sys, "_offload_capi_owns_python", False)):
+        return 0
+    return num_devices()
 
 
 def _alloc(fn: Callable[[int, int], int], size: int, dev: int) -> int:

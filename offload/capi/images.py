@@ -45,6 +45,7 @@ class Program:
     desc: int
     entries: list[Entry]
     images: dict[str, bytes]                # "x86_64" / "nvptx" -> the raw inner ELF image
+    starts: dict[str, int]                  # the same kinds -> where the image lies in memory
     requires: int = 0
 
 
@@ -62,15 +63,16 @@ class Registry:
         desc = ffi.cast("__tgt_bin_desc *", desc_addr)
         entries = [_entry(e) for e in _entries(desc.HostEntriesBegin, desc.HostEntriesEnd)]
         images: dict[str, bytes] = {}
+        starts: dict[str, int] = {}
         for i in range(desc.NumDeviceImages):
             img = desc.DeviceImages[i]
             start, end = addr(img.ImageStart), addr(img.ImageEnd)
             data = ffi.buffer(ffi.cast("char *", start), end - start)[:]
             kind = _MACHINES.get(int.from_bytes(data[18:20], "little")) \
                 if data[:4] == _ELF_MAGIC else None
-            if kind is not None:
-                images.setdefault(kind, data)
-        prog = Program(desc_addr, entries, images)
+            if kind is not None and kind not in images:
+                images[kind], starts[kind] = data, start
+        prog = Program(desc_addr, entries, images, starts)
         with self.lock:
             self.version += 1
             self.programs[desc_addr] = prog

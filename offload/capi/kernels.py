@@ -9,7 +9,7 @@ from typing import Any
 from .. import runtime
 from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
-from . import maps
+from . import maps, ompt
 from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, ensure_runtime, fatal, registry
 from .images import _T_UINTPTR, _cast, addr, ffi
 
@@ -39,8 +39,9 @@ def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
 
 def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
                 threads: int, tripcount: int) -> None:
-    blocks, block, mode = dev.generic.omp_launch(program, name, kargs, teams, threads,
-                                                 tripcount)
+    with ompt.submit():
+        blocks, block, mode = dev.generic.omp_launch(program, name, kargs, teams, threads,
+                                                     tripcount)
     if dev.table.info & 0x10:                    # LIBOMPTARGET_INFO: PLUGIN_KERNEL
         plugin_say(dev.local_id, f"Launching kernel {name} with {blocks} blocks and "
                                  f"{block} threads in {mode} mode")
@@ -140,8 +141,9 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         for line in maps.describe("kernel", loc, args[1]):
             say(d.number, line)
     try:
-        rc = _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
-                     int(k.Tripcount))
+        with ompt.region(ompt.TARGET, d.number, int(k.NumTeams[0])):
+            rc = _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
+                         int(k.Tripcount))
         dump_tables(d, loc)
         return rc
     except OffloadError as exc:
@@ -192,7 +194,8 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
     try:
-        return _launch(d, addr(host_ptr), args, bases)
+        with ompt.region(ompt.TARGET, d.number, -1):
+            return _launch(d, addr(host_ptr), args, bases)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import _accel
+from .. import _accel, tracing
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
@@ -260,6 +260,8 @@ class GenericDevice:
             mine = self._omp_load_impl(image, indirect)
             with self._lock:
                 program = self._omp_programs.setdefault(image, mine)
+            if program is mine:
+                tracing.image_loaded(self, image)
         return program
 
     def omp_global(self, program: Any, name: str) -> int | None:
