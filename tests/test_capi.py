@@ -254,6 +254,77 @@ def test_ompt_non_emi_tool_gets_an_id_for_enter_data(tmp_path, ours):
     assert out.splitlines() == expected
 
 
+REPLAY = os.path.join(os.path.dirname(LLVM_LIB), "bin", "llvm-omp-kernel-replay")
+
+
+def _replay(ours, json_path):
+    """LLVM 19's llvm-omp-kernel-replay --verify of one recorded kernel, on offload."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    e["LD_LIBRARY_PATH"] = f"{ours}:{LLVM_LIB}"
+    res = subprocess.run([REPLAY, "--verify", os.path.basename(json_path)],
+                         capture_output=True, text=True, env=e, timeout=120,
+                         cwd=os.path.dirname(json_path))
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def _check_recording(directory, kernels):
+    """The files of each recorded kernel, as LLVM's RecordReplayTy writes them."""
+    import json
+    found = sorted(p[:-5] for p in os.listdir(directory) if p.endswith(".json"))
+    assert len(found) == kernels, found
+    for name in found:
+        with open(os.path.join(directory, name + ".json")) as f:
+            desc = json.load(f)
+        assert desc["Name"] == name and name.startswith("__omp_offloading_")
+        assert desc["NumArgs"] == len(desc["ArgPtrs"]) == len(desc["ArgOffsets"])
+        memory = os.path.getsize(os.path.join(directory, name + ".memory"))
+        assert desc["DeviceMemorySize"] == memory > 0 and memory % 16 == 0
+        start = desc["BumpAllocVAStart"]
+        assert any(start <= p < start + memory for p in desc["ArgPtrs"])   # device memory
+        with open(os.path.join(directory, name + ".image"), "rb") as f:
+            assert f.read(4) == b"\x7fELF"
+        assert os.path.getsize(os.path.join(directory, name + ".original.output")) == memory
+    return [os.path.join(directory, name + ".json") for name in found]
+
+
+@pytest.mark.skipif(not os.path.exists(REPLAY), reason="llvm-omp-kernel-replay not installed")
+def test_kernels_recorded_and_replayed_by_llvms_tool(tmp_path, ours):
+    """__tgt_activate_record_replay(record, save output): each launch writes LLVM's files
+    (description, image, memory before, memory after); LLVM 19's llvm-omp-kernel-replay
+    replays each on offload's runtime and finds the same memory after the kernel; with
+    the recorded input changed it does not (the replay really ran the kernel)."""
+    rc, out, err = run_on_ours(tmp_path, ours, "record_replay_beyond_llvm.c.in")
+    assert rc == 0, err
+    assert out.splitlines() == ["activate rc=0 offset=0", "a[0]=113 a[5]=13"]
+    recorded = _check_recording(tmp_path, 2)
+    for path in recorded:
+        assert _replay(ours, path) == "[llvm-omp-kernel-replay] Replay device memory verified!"
+    first = recorded[0][:-5] + ".memory"      # the first region: a[i] = a[i] * 2 + s
+    data = bytearray(open(first, "rb").read())
+    data[4] ^= 0x7F                            # a[1], as the kernel finds it
+    open(first, "wb").write(bytes(data))
+    assert _replay(ours, recorded[0]) == \
+        "[llvm-omp-kernel-replay] Replay device memory failed to verify!"
+
+
+@pytest.mark.skipif(not os.path.exists(REPLAY), reason="llvm-omp-kernel-replay not installed")
+def test_kernels_recorded_by_environment(tmp_path, built, ours):
+    """LIBOMPTARGET_RECORD=1 with LIBOMPTARGET_RR_SAVE_OUTPUT=1 (LLVM 19's variables) records
+    a program's launches without a line changed in it; each replays verified."""
+    import shutil as sh
+    exe = tmp_path / "data_refcount"
+    sh.copy(built["data_refcount.c"], exe)
+    rc, out, err = run(str(exe), f"{ours}:{LLVM_LIB}", LIBOMPTARGET_RECORD="1",
+                       LIBOMPTARGET_RR_SAVE_OUTPUT="1", LIBOMPTARGET_RR_DEVMEM_SIZE="1")
+    assert rc == 0, err
+    assert out == run(built["data_refcount.c"], f"{ours}:{LLVM_LIB}")[1]
+    recorded = [p for p in os.listdir(tmp_path) if p.endswith(".json")]
+    assert recorded
+    for path in _check_recording(tmp_path, len(recorded)):
+        assert _replay(ours, path) == "[llvm-omp-kernel-replay] Replay device memory verified!"
+
+
 @pytest.fixture(scope="module")
 def built_g(tmp_path_factory):
     out = tmp_path_factory.mktemp("capi_g")

@@ -57,9 +57,26 @@ def ensure_runtime() -> Any:
                 os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
                 cfg = config.read()
                 _disabled = cfg.target_offload is config.TargetOffload.DISABLED
-                runtime.start(dataclasses.replace(cfg,
-                                                  target_offload=config.TargetOffload.DEFAULT))
+                rt = runtime.start(dataclasses.replace(
+                    cfg, target_offload=config.TargetOffload.DEFAULT))
+                _record_from_environment(rt)
     return current()
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def _record_from_environment(rt: Any) -> None:
+    """LIBOMPTARGET_RECORD=1: record every kernel launch on every device, as LLVM 19 (its
+    memory LIBOMPTARGET_RR_DEVMEM_SIZE GiB, default 64, reserved without backing;
+    LIBOMPTARGET_RR_SAVE_OUTPUT=1 also writes the memory after each kernel)."""
+    if not _on("LIBOMPTARGET_RECORD"):
+        return
+    size = int(os.environ.get("LIBOMPTARGET_RR_DEVMEM_SIZE", "64") or 64) << 30
+    for n in range(rt.num_devices()):
+        rt.manager.get_device(n).generic.start_record_replay(
+            size, 0, True, _on("LIBOMPTARGET_RR_SAVE_OUTPUT"))
 
 
 def fatal(msg: str) -> None:

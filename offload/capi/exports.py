@@ -15,11 +15,12 @@ from typing import Any
 
 from .. import omp, omp_async, runtime
 from ..diagnostics import say
-from ..errors import OffloadError
+from ..errors import ErrorCode, OffloadError
 from ..runtime import operation
 from . import maps, ompt
 from .devices import (
     OFFLOAD_FAIL,
+    OFFLOAD_SUCCESS,
     device,
     device_number,
     ensure_runtime,
@@ -341,14 +342,22 @@ def _nowait_query(handle: Any) -> None:
 
 def _record_replay(dev: int, size: int, vaddr: Any, is_record: bool, save_output: bool,
                    offset: Any) -> int:
-    """__tgt_activate_record_replay: kernel recording (LLVM 19's RecordReplayTy) is not
-    supported by offload; the call says so and fails. Replaying recorded kernels
-    (__tgt_target_kernel_replay) needs no activation here."""
-    sys.stderr.write("omptarget error: kernel recording (__tgt_activate_record_replay) is not "
-                     "supported by offload\n")
+    """__tgt_activate_record_replay, as LLVM 19's RecordReplayTy: `size` bytes reserved on
+    the device (at `vaddr` where it can) and every later allocation made in them; while
+    recording, each kernel launch writes its description, image and memory (and with
+    `save_output` the memory after it), which llvm-omp-kernel-replay replays; while
+    replaying, __tgt_target_kernel_replay's memory lands at the block's start (and with
+    `save_output` the memory after the kernel is written). *offset: how far the block
+    lies below `vaddr` (the replay moves pointer arguments by it)."""
+    d = device(dev, construct=False)
+    if d is None:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"record/replay on device {dev}: not for the initial device")
+    off = d.generic.start_record_replay(int(size), _p(vaddr), bool(is_record),
+                                        bool(save_output))
     if offset != ffi.NULL:
-        ffi.cast("uint64_t *", offset)[0] = 0
-    return OFFLOAD_FAIL
+        ffi.cast("uint64_t *", offset)[0] = off
+    return OFFLOAD_SUCCESS
 
 
 def _set_info(flags: int) -> None:

@@ -23,6 +23,7 @@ from ._libc import memmove
 from .args import GenericKernel, check_kernel_args, check_kernel_call, pack_scalar
 from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
+from .record_replay import Arena
 from .staging import Staging
 
 __all__ = ["AllocKind", "GenericDevice", "GenericKernel", "GenericPlugin", "Interrupts",
@@ -59,6 +60,8 @@ class GenericDevice:
         self._loaded: dict[str, Any] = {}
         self._kernels: dict[tuple[str, str], GenericKernel] = {}
         self._omp_programs: dict[bytes, Any] = {}   # clang OpenMP images loaded (C API)
+        #: kernel record/replay's reserved block, once started (start_record_replay)
+        self.arena: Arena | None = None
         self.queues = Queues(self)
         self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
         self.pool = DevicePool(plugin.device_pool_bytes)
@@ -269,7 +272,39 @@ class GenericDevice:
 
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                    threads: int, tripcount: int) -> tuple[int, int, str]:
-        return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
+        arena = self.arena
+        if arena is None:
+            return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
+        image = next((i for i, p in list(self._omp_programs.items()) if p is program), None)
+        arena.before_launch(name, image, args, teams, threads, tripcount)
+        out = self._omp_launch_impl(program, name, args, teams, threads, tripcount)
+        arena.after_launch(name)
+        return out
+
+    def start_record_replay(self, size: int, vaddr: int, recording: bool,
+                            save_output: bool) -> int:
+        """Reserve `size` bytes for kernel recording (or replay): every later device
+        allocation comes from them (offload.plugins.record_replay). Returns how far the
+        block lies below `vaddr` (0 when it starts there or `vaddr` is 0): LLVM's
+        ReqPtrArgOffset, by which a replay moves pointer arguments."""
+        if size <= 0:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"record/replay memory size {size}: must be positive")
+        if self.arena is not None:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"record/replay already started on device {self.id} of "
+                               f"plugin {self.plugin.name}")
+        self.trim_pool()
+        self.pool.limit = 0                  # nothing cached: each block from the arena
+        start = self._reserve_impl(size, vaddr)
+        self.arena = Arena(start, size, recording, save_output, self.id,
+                           lambda host, tgt, n: self.plugin.data_retrieve(self.id, host, tgt, n))
+        return (vaddr - start) & (2**64 - 1) if vaddr and vaddr != start else 0
+
+    def _reserve_impl(self, size: int, vaddr: int) -> int:
+        """`size` bytes of device memory for record/replay, at `vaddr` where the device can
+        place them there (LLVM's VA management), else anywhere."""
+        return self._alloc_impl(size, AllocKind.DEVICE)
 
     def omp_requires(self, flags: int) -> None:
         self._omp_requires_impl(flags)
@@ -279,6 +314,16 @@ class GenericDevice:
         if size <= 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"cannot allocate {size} bytes: size must be positive")
+        if kind is AllocKind.DEVICE and self.arena is not None:
+            addr = self.arena.take(size)
+            if addr is None:
+                raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                                   f"cannot allocate {size} bytes: the record/replay memory "
+                                   f"of device {self.id} ({self.arena.size} bytes) is full")
+            with self._lock:
+                self._allocs[addr] = (size, kind)
+                self._alloc_starts = None
+            return addr
         if kind is AllocKind.DEVICE:
             with self._lock:
                 addr = self.pool.take(size)
@@ -309,6 +354,8 @@ class GenericDevice:
             del self._allocs[addr]
             self._alloc_starts = None
             size, kind = rec
+            if self.arena is not None and self.arena.holds(addr):
+                return size                             # the block is kept whole
             poolable = kind is AllocKind.DEVICE and size <= pool.limit
             if poolable and not self._wait_before_reuse and pool.give(addr, size):
                 return size                             # kept for the next alloc

@@ -45,8 +45,13 @@ _ffi.cdef("""
     void *dlopen(const char *filename, int flags);
     void *dlsym(void *handle, const char *symbol);
     char *dlerror(void);
+    void *mmap(uintptr_t addr, size_t length, int prot, int flags, int fd, long offset);
+    int munmap(uintptr_t addr, size_t length);
 """)
 _libc = _ffi.dlopen(None)
+# mmap: PROT_READ|PROT_WRITE; MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE, and
+# MAP_FIXED_NOREPLACE (Linux 4.17) for an address asked for
+_PROT_RW, _MAP_ANON_PRIVATE, _MAP_FIXED_NOREPLACE = 0x3, 0x22 | 0x4000, 0x100000
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -171,6 +176,25 @@ class HostDevice(GenericDevice):
                 _libc.free(out[0])
                 raise
         return addr
+
+    def _reserve_impl(self, size: int, vaddr: int) -> int:
+        """Record/replay memory: pages at `vaddr` when free there (a replay then needs no
+        pointer moved), else anywhere; kept for the process's life."""
+        length = (size + PAGE - 1) // PAGE * PAGE
+        for at, flags in ((vaddr, _MAP_ANON_PRIVATE | _MAP_FIXED_NOREPLACE),
+                          (0, _MAP_ANON_PRIVATE)):
+            if flags & _MAP_FIXED_NOREPLACE and (not at or at % PAGE):
+                continue
+            p = int(_ffi.cast("uintptr_t", _libc.mmap(at, length, _PROT_RW, flags, -1, 0)))
+            if p == 2**64 - 1:                                  # MAP_FAILED
+                continue
+            if at and p != at:                  # a kernel without MAP_FIXED_NOREPLACE
+                _libc.munmap(p, length)
+                continue
+            return p
+        raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                           f"cannot reserve {size} bytes of record/replay memory on host "
+                           f"device {self.id}")
 
     def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None:
         if kind is AllocKind.HOST:

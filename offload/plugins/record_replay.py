@@ -1,0 +1,72 @@
+"""Kernel record and replay (LLVM 19's RecordReplayTy, the files llvm-omp-kernel-replay
+reads): one block of device memory reserved per device, every later device allocation a
+16-byte-aligned bump inside it (so a snapshot of the block is all the device data and
+recorded pointers stay valid); at each OpenMP kernel launch while recording,
+`<kernel>.json` (the launch), `<kernel>.image` and `<kernel>.memory` (the used block
+before it), and with save-output `<kernel>.original.output` after it; while replaying,
+`<kernel>.replay.output` after it. Files go to the current directory, as LLVM's."""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+
+from ._libc import _ffi
+
+_ALIGN = 16
+
+
+class Arena:
+    """The reserved block of one device and its bump pointer."""
+
+    def __init__(self, start: int, size: int, recording: bool, save_output: bool,
+                 device_id: int, retrieve: Callable[[int, int, int], None]):
+        self.start, self.size = start, size
+        self.used = 0
+        self.recording, self.save_output = recording, save_output
+        self.device_id = device_id
+        self._retrieve = retrieve          # (host, device address, bytes): a device copy out
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> int | None:
+        """`size` bytes from the block (16-byte aligned); None when it is full."""
+        n = (size + _ALIGN - 1) & ~(_ALIGN - 1)
+        with self._lock:
+            if self.used + n > self.size:
+                return None
+            addr = self.start + self.used
+            self.used += n
+        return addr
+
+    def holds(self, addr: int) -> bool:
+        return self.start <= addr < self.start + self.size
+
+    def snapshot(self, path: str) -> None:
+        """The used part of the block, as it is on the device, into `path`."""
+        data = bytearray(self.used)
+        if self.used:
+            buf = _ffi.from_buffer(data)
+            self._retrieve(int(_ffi.cast("uintptr_t", buf)), self.start, self.used)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def before_launch(self, name: str, image: bytes | None, args: Sequence[int], teams: int,
+                      threads: int, tripcount: int) -> None:
+        if not self.recording:
+            return
+        with open(f"{name}.json", "w") as f:
+            json.dump({"Name": name, "NumArgs": len(args), "NumTeamsClause": max(teams, 0),
+                       "ThreadLimitClause": max(threads, 0), "LoopTripCount": tripcount,
+                       "DeviceMemorySize": self.used, "DeviceId": self.device_id,
+                       "BumpAllocVAStart": self.start,
+                       "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
+                       "ArgOffsets": [0] * len(args)}, f)
+        if image is not None:
+            with open(f"{name}.image", "wb") as f:
+                f.write(image)
+        self.snapshot(f"{name}.memory")
+
+    def after_launch(self, name: str) -> None:
+        if self.save_output:
+            self.snapshot(f"{name}.original.output" if self.recording
+                          else f"{name}.replay.output")
