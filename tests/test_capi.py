@@ -254,6 +254,20 @@ def test_ompt_non_emi_tool_gets_an_id_for_enter_data(tmp_path, ours):
     assert out.splitlines() == expected
 
 
+def test_runtime_references_and_removed_requires_as_llvm(built, ours):
+    """rtl_refcount.c under LIBOMPTARGET_INFO=4: __tgt_register_requires' message, and the
+    tables dumped when the last reference goes (the program's own deinit does not end
+    the runtime its library still holds) -- stderr as LLVM 19's, line for line."""
+    exe = built["rtl_refcount.c"]
+    llvm = run(exe, LLVM_LIB, LIBOMPTARGET_INFO="4")
+    mine = run(exe, f"{ours}:{LLVM_LIB}", LIBOMPTARGET_INFO="4")
+    assert llvm[0] == mine[0] == 0
+    assert "function has been removed" in llvm[2] and "table empty" in llvm[2]
+    def lines(err):
+        return [line for line in err.splitlines() if not line.startswith("OMP: ")]
+    assert lines(mine[2]) == lines(llvm[2])
+
+
 REPLAY = os.path.join(os.path.dirname(LLVM_LIB), "bin", "llvm-omp-kernel-replay")
 
 

@@ -49,7 +49,7 @@ from .kernels import (
     target_replay,
 )
 
-_live_libs = 0
+_live_libs = 0                   # LLVM's runtime reference count: libraries and rtl_init
 _lib: Any = None                 # the library's own C functions (OMPT)
 
 
@@ -81,27 +81,46 @@ def register_lib(desc: Any) -> None:
     """LLVM 19's registration: OMPT connected first (a tool's initial device is then the
     only one there is), the program's images noted; with a tool, the runtime started and
     its devices told to it now, as LLVM initializes them here."""
-    global _live_libs
     tool = ompt.connect(_lib) if _lib is not None else False
     registry.register(addr(desc))
-    _live_libs += 1
+    rtl_init(start=False)
     if tool:
         ompt.announce_devices(ensure_runtime())
 
 
 def unregister_lib(desc: Any) -> None:
-    global _live_libs
     prog = registry.unregister(addr(desc))
     if prog is None:
+        return
+    rtl_deinit()
+    forget_program(prog)
+
+
+def rtl_init(start: bool = True) -> None:
+    """initRuntime: one more reference on the runtime (started when `start`)."""
+    global _live_libs
+    _live_libs += 1
+    if start:
+        ensure_runtime()
+
+
+def rtl_deinit() -> None:
+    """deinitRuntime: one reference fewer; the last one ends it as LLVM's does (tables
+    dumped under LIBOMPTARGET_INFO, devices finalized for an OMPT tool)."""
+    global _live_libs
+    if _live_libs <= 0:
         return
     _live_libs -= 1
     if _live_libs == 0:
         dump_tables_at_exit()
         ompt.finalize_devices()
         _stop_profile()
-    forget_program(prog)
 
 
+def register_requires(flags: int) -> None:
+    """Removed in LLVM 19 (the flags come with each image's entries): its message."""
+    sys.stderr.write("omptarget message: The void __tgt_register_requires(int64_t) function "
+                     "has been removed. Old OpenMP requirements will not be handled\n")
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -197,10 +216,10 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
 
     ext("__tgt_register_lib", runtime_op=False)(register_lib)
     ext("__tgt_unregister_lib", runtime_op=False)(unregister_lib)
-    ext("__tgt_register_requires", runtime_op=False)(lambda flags: None)   # via the entries
+    ext("__tgt_register_requires", runtime_op=False)(register_requires)
     ext("__tgt_init_all_rtls")(lambda: [device(i) for i in range(num_devices())] and None)
-    ext("__tgt_rtl_init")(lambda: None)
-    ext("__tgt_rtl_deinit")(lambda: None)
+    ext("__tgt_rtl_init", runtime_op=False)(rtl_init)
+    ext("__tgt_rtl_deinit", runtime_op=False)(rtl_deinit)
 
     ext("__tgt_target_kernel", OFFLOAD_FAIL)(target_kernel)
     ext("__tgt_target_kernel_nowait", OFFLOAD_FAIL)(
