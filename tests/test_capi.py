@@ -268,6 +268,18 @@ def test_runtime_references_and_removed_requires_as_llvm(built, ours):
     assert lines(mine[2]) == lines(llvm[2])
 
 
+def test_legacy_launch_entries_where_llvm_19_crashes(tmp_path, ours):
+    """__tgt_target, __tgt_target_mapper, __tgt_target_teams(_mapper) after a pushed trip
+    count, __tgt_target_nowait_mapper: each runs the region once (LLVM 19 crashes in the
+    first: no launch environment for a clang-19 kernel)."""
+    rc, out, err = run_on_ours(tmp_path, ours, "legacy_entries_beyond_llvm.c.in")
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "the region: 1 1", "__tgt_target 0: 3 3", "__tgt_target_mapper 0: 7 7",
+        "__tgt_target_teams 0: 15 15", "__tgt_target_teams_mapper 0: 31 31",
+        "__tgt_target_nowait_mapper 0: 63 63"]
+
+
 REPLAY = os.path.join(os.path.dirname(LLVM_LIB), "bin", "llvm-omp-kernel-replay")
 
 

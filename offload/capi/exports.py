@@ -45,6 +45,7 @@ from .kernels import (
     dump_tables,
     dump_tables_at_exit,
     legacy_target,
+    push_tripcount,
     target_kernel,
     target_replay,
 )
@@ -234,18 +235,20 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         lambda loc, dev, hp, n, b, a, s, t, nm, m, *deps:
         legacy_target(dev, hp, n, b, a, s, t, nm, m))
     ext("__tgt_target_teams", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t, nt, tl: legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t, nt, tl:
+        legacy_target(dev, hp, n, b, a, s, t, None, None, nt, tl))
     ext("__tgt_target_teams_nowait", OFFLOAD_FAIL)(
-        lambda dev, hp, n, b, a, s, t, nt, tl, *deps: legacy_target(dev, hp, n, b, a, s, t))
+        lambda dev, hp, n, b, a, s, t, nt, tl, *deps:
+        legacy_target(dev, hp, n, b, a, s, t, None, None, nt, tl))
     ext("__tgt_target_teams_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl:
-        legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        legacy_target(dev, hp, n, b, a, s, t, nm, m, nt, tl))
     ext("__tgt_target_teams_nowait_mapper", OFFLOAD_FAIL)(
         lambda loc, dev, hp, n, b, a, s, t, nm, m, nt, tl, *deps:
-        legacy_target(dev, hp, n, b, a, s, t, nm, m))
+        legacy_target(dev, hp, n, b, a, s, t, nm, m, nt, tl))
     ext("__tgt_target_kernel_replay", OFFLOAD_FAIL)(target_replay)
-    ext("__kmpc_push_target_tripcount")(lambda dev, trip: None)    # the host ignores it
-    ext("__kmpc_push_target_tripcount_mapper")(lambda loc, dev, trip: None)
+    ext("__kmpc_push_target_tripcount")(push_tripcount)
+    ext("__kmpc_push_target_tripcount_mapper")(lambda loc, dev, trip: push_tripcount(dev, trip))
 
     ext("__tgt_mapper_num_components", 0)(lambda h: maps.num_components(_p(h)))
     ext("__tgt_push_mapper_component")(

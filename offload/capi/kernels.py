@@ -4,13 +4,22 @@ kernel launched with LLVM 19's geometry), the list undone."""
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from .. import runtime
 from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
 from . import maps, ompt
-from .devices import OFFLOAD_FAIL, OFFLOAD_SUCCESS, device, ensure_runtime, fatal, registry
+from .devices import (
+    OFFLOAD_FAIL,
+    OFFLOAD_SUCCESS,
+    device,
+    device_number,
+    ensure_runtime,
+    fatal,
+    registry,
+)
 from .images import _T_UINTPTR, _cast, addr, ffi
 
 # (region id, device number) -> (registry version, (loaded program, kernel name))
@@ -187,15 +196,31 @@ def target_replay(loc: Any, dev: int, host_ptr: Any, memory: Any, size: int, tgt
     return OFFLOAD_SUCCESS
 
 
+_pushed = threading.local()      # per thread: device number -> trip count pushed for it
+
+
+def push_tripcount(dev: int, tripcount: int) -> None:
+    """__kmpc_push_target_tripcount: the loop trip count of this thread's next legacy
+    launch on `dev` (the geometry of a GPU's SPMD kernel follows it)."""
+    counts = getattr(_pushed, "counts", None)
+    if counts is None:
+        counts = _pushed.counts = {}
+    counts[device_number(dev)] = tripcount
+
+
 def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, sizes: Any,
-                   types: Any, names: Any = None, mappers: Any = None) -> int:
+                  types: Any, names: Any = None, mappers: Any = None, teams: int = -1,
+                  threads: int = -1) -> int:
     d = construct_device(dev)
+    counts = getattr(_pushed, "counts", None)
+    tripcount = counts.pop(d.number if d is not None else device_number(dev), 0) \
+        if counts else 0
     if d is None:
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
     try:
-        with ompt.region(ompt.TARGET, d.number, -1):
-            return _launch(d, addr(host_ptr), args, bases)
+        with ompt.region(ompt.TARGET, d.number, teams):
+            return _launch(d, addr(host_ptr), args, bases, teams, threads, tripcount)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")
         fatal("failure of target construct while offloading is mandatory")
