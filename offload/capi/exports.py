@@ -135,7 +135,10 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
         for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
             say(d.number, line)
-    with ompt.region(_REGION_KINDS[kind], d.number):
+    if ompt.listening:
+        with ompt.region(_REGION_KINDS[kind], d.number):
+            _apply(kind, d, args, bases)
+    else:
         _apply(kind, d, args, bases)
     dump_tables(d, loc)
 

@@ -48,7 +48,11 @@ def _kernel(dev: Any, host_ptr: int) -> tuple[Any, str]:
 
 def _run_kernel(dev: Any, program: Any, name: str, kargs: list[int], teams: int,
                 threads: int, tripcount: int) -> None:
-    with ompt.submit():
+    if ompt.listening:
+        with ompt.submit():
+            blocks, block, mode = dev.generic.omp_launch(program, name, kargs, teams,
+                                                         threads, tripcount)
+    else:
         blocks, block, mode = dev.generic.omp_launch(program, name, kargs, teams, threads,
                                                      tripcount)
     if dev.table.info & 0x10:                    # LIBOMPTARGET_INFO: PLUGIN_KERNEL
@@ -150,7 +154,11 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         for line in maps.describe("kernel", loc, args[1]):
             say(d.number, line)
     try:
-        with ompt.region(ompt.TARGET, d.number, int(k.NumTeams[0])):
+        if ompt.listening:
+            with ompt.region(ompt.TARGET, d.number, k):
+                rc = _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
+                             int(k.Tripcount))
+        else:
             rc = _launch(d, addr(host_ptr), args, k.ArgBasePtrs, num_teams, thread_limit,
                          int(k.Tripcount))
         dump_tables(d, loc)
@@ -219,7 +227,7 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
     try:
-        with ompt.region(ompt.TARGET, d.number, teams):
+        with ompt.region(ompt.TARGET, d.number, teams=teams):
             return _launch(d, addr(host_ptr), args, bases, teams, threads, tripcount)
     except OffloadError as exc:
         sys.stderr.write(f"omptarget error: {exc.message}\n")

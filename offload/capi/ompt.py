@@ -19,6 +19,8 @@ from .devices import registry
 TARGET, ENTER_DATA, EXIT_DATA, UPDATE = 1, 2, 3, 4
 
 _lib: Any = None                 # the library's C functions (cffi lib), once connected
+#: whether a tool takes this library's callbacks (the launch paths skip them when not)
+listening = False
 _announced: list[int] = []       # devices told to the tool (device_initialize), in order
 
 
@@ -56,12 +58,12 @@ def connect(lib: Any) -> bool:
     """Connect to libomp's OMPT once (LLVM: at the runtime's start); True when a tool
     takes callbacks this library calls: from then on the runtime tells it its data
     operations (tables off their fewer-steps paths, which tell no one)."""
-    global _lib
+    global _lib, listening
     if _lib is not None:
         return True
     if not lib.offload_ompt_connect():
         return False
-    _lib = lib
+    _lib, listening = lib, True
     tracing.tool = _Tool(lib)
     rt = runtime._process.live
     if rt is not None:
@@ -97,7 +99,9 @@ _asked = threading.local()        # the teams the thread's target region asked f
 
 
 @contextlib.contextmanager
-def _region(kind: int, device: int, teams: int) -> Iterator[None]:
+def _region(kind: int, device: int, kargs: Any, teams: int) -> Iterator[None]:
+    if kargs is not None:
+        teams = int(kargs.NumTeams[0])
     teams &= 0xFFFFFFFF
     _asked.teams = 1 if teams == 0xFFFFFFFF else teams      # -1, no teams construct: one
     _lib.offload_ompt_target(kind, 1, device)
@@ -117,12 +121,17 @@ def _submit() -> Iterator[None]:
         _lib.offload_ompt_submit(0, teams)
 
 
-def region(kind: int, device: int, teams: int = 0) -> contextlib.AbstractContextManager[None]:
+_NOTHING = contextlib.nullcontext()    # what region and submit give without a tool
+
+
+def region(kind: int, device: int, kargs: Any = None,
+           teams: int = 0) -> contextlib.AbstractContextManager[None]:
     """`with region(kind, device):` around a construct: the tool's target callbacks;
-    `teams`: the number of teams a target region asked for (its KernelArgs' first)."""
-    return contextlib.nullcontext() if _lib is None else _region(kind, device, teams)
+    for a target region the teams it asked for: its KernelArgs' first (`kargs`), else
+    `teams`."""
+    return _NOTHING if _lib is None else _region(kind, device, kargs, teams)
 
 
 def submit() -> contextlib.AbstractContextManager[None]:
     """`with submit():` around a kernel launch: the tool's target_submit callbacks."""
-    return contextlib.nullcontext() if _lib is None else _submit()
+    return _NOTHING if _lib is None else _submit()
