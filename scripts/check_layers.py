@@ -17,7 +17,7 @@ LAYERS = {
     "runtime": 10, "api": 11, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
     "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
     "capi.interop_objects": 12.4, "capi.ompt": 12.35,
-    "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14,
+    "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14, "capi.replay": 14,
 }
 
 

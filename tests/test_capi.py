@@ -326,12 +326,23 @@ def test_kernels_recorded_and_replayed_by_llvms_tool(tmp_path, ours):
     recorded = _check_recording(tmp_path, 2)
     for path in recorded:
         assert _replay(ours, path) == "[llvm-omp-kernel-replay] Replay device memory verified!"
+        assert _replay_ours(path) == (0, "replay device memory verified")
     first = recorded[0][:-5] + ".memory"      # the first region: a[i] = a[i] * 2 + s
     data = bytearray(open(first, "rb").read())
     data[4] ^= 0x7F                            # a[1], as the kernel finds it
     open(first, "wb").write(bytes(data))
     assert _replay(ours, recorded[0]) == \
         "[llvm-omp-kernel-replay] Replay device memory failed to verify!"
+    assert _replay_ours(recorded[0]) == (1, "replay device memory failed to verify")
+
+
+def _replay_ours(json_path):
+    """python -m offload.capi.replay --verify (offload's replayer, for machines without
+    LLVM's tool), in a fresh process from another directory."""
+    import sys
+    res = subprocess.run([sys.executable, "-m", "offload.capi.replay", "--verify", json_path],
+                         capture_output=True, text=True, timeout=120, cwd=HERE)
+    return res.returncode, res.stdout.strip() or res.stderr[-2000:]
 
 
 @pytest.mark.skipif(not os.path.exists(REPLAY), reason="llvm-omp-kernel-replay not installed")

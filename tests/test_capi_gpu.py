@@ -49,3 +49,55 @@ def test_nvptx_program_prints_what_the_host_run_prints(lib, name):
     rc = res.returncode if res.returncode >= 0 else 128 - res.returncode   # as the shell
     got = res.stdout + f"rc={rc}\n"
     assert _comparable(got) == _comparable(expected), res.stderr[-2000:]
+
+
+def test_ompt_tool_hears_the_gpu_as_the_host(lib):
+    """tests/capi/ompt_emi.c for sm_90: an OMPT tool hears on the GPU the callbacks LLVM 19
+    gives it for the host run (device numbers as this machine has them; each device's kind
+    is its architecture, sm_90 on an H200, where LLVM's host plugin says generic-64bit)."""
+    exe = os.path.join(PROGRAMS, "ompt", "ompt_emi")
+    if not os.path.exists(exe):
+        pytest.skip("ompt/ompt_emi not built (scripts/build-capi-gpu.sh)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
+    res = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300,
+                         cwd="/tmp")
+    assert res.returncode == 0, res.stderr[-2000:]
+    with open(os.path.join(PROGRAMS, "ompt", "expected.txt")) as f:
+        host = f.read().splitlines()
+    expected = []
+    for line in host:                     # LLVM's host run: four devices, initial device 4
+        if line.startswith(("device_initialize", "device_finalize")):
+            dev = int(line.split("dev=")[1].split()[0])
+            if dev >= NUM:
+                continue
+            line = line.replace("type=generic-64bit", "type=sm_90")
+        expected.append(line.replace("/4 ", f"/{NUM} "))
+    assert res.stdout.splitlines() == expected
+
+
+def test_kernels_recorded_and_replayed_on_the_gpu(lib, tmp_path):
+    """tests/capi/record_replay_beyond_llvm.c.in for sm_90: each launch recorded (LLVM's
+    files, the block reserved in device memory), and each recording replayed by
+    `python -m offload.capi.replay --verify` to the same device memory."""
+    import json
+    import sys
+    exe = os.path.join(PROGRAMS, "ompt", "record_replay")
+    if not os.path.exists(exe):
+        pytest.skip("ompt/record_replay not built (scripts/build-capi-gpu.sh)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
+    res = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines()[1:] == ["a[0]=113 a[5]=13"]
+    recorded = sorted(p for p in os.listdir(tmp_path) if p.endswith(".json"))
+    assert len(recorded) == 2
+    for name in recorded:
+        with open(tmp_path / name) as f:
+            assert json.load(f)["DeviceMemorySize"] > 0
+        got = subprocess.run([sys.executable, "-m", "offload.capi.replay", "--verify",
+                              str(tmp_path / name)], capture_output=True, text=True,
+                             timeout=300)
+        assert (got.returncode, got.stdout.strip()) == (0, "replay device memory verified"), \
+            got.stderr[-2000:]
