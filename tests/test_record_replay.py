@@ -43,7 +43,8 @@ def test_allocations_bump_inside_the_block(dev):
 
 
 def test_block_at_the_address_asked_for(dev):
-    probe = mmap.mmap(-1, 1 << 20)                   # find a free, page-aligned address
+    from offload.plugins.common import _REPLAY_ROOM
+    probe = mmap.mmap(-1, (1 << 20) + _REPLAY_ROOM)  # find a free, page-aligned address
     import ctypes
     want = ctypes.addressof(ctypes.c_char.from_buffer(probe))
     probe.close()
@@ -61,3 +62,10 @@ def test_bad_starts_change_nothing(dev):
     with pytest.raises(OffloadError, match="already started"):
         dev.start_record_replay(1024, 0, True, False)
     assert dev.arena is arena
+
+
+def test_a_replay_has_room_beyond_the_recorded_memory(dev):
+    """Replaying, the block holds the recorded memory and what the launch allocates."""
+    dev.start_record_replay(80, 0, False, False)
+    assert dev.alloc(80, AllocKind.DEVICE) == dev.arena.start
+    assert dev.alloc(16, AllocKind.DEVICE) == dev.arena.start + 80

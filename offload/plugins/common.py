@@ -43,6 +43,9 @@ class Interrupts:
             hook()
 
 
+_REPLAY_ROOM = 64 << 20      # record/replay: room beyond the recorded memory when replaying
+
+
 class GenericDevice:
     """One device of a plugin: allocations, loaded images and kernels, queues, staging."""
 
@@ -294,6 +297,8 @@ class GenericDevice:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"record/replay already started on device {self.id} of "
                                f"plugin {self.plugin.name}")
+        if not recording:                    # a replay's launch allocates too (LLVM reserves
+            size += _REPLAY_ROOM             # nearly all the device's memory)
         self.trim_pool()
         self.pool.limit = 0                  # nothing cached: each block from the arena
         start = self._reserve_impl(size, vaddr)
