@@ -279,9 +279,10 @@ class GenericDevice:
         if arena is None:
             return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
         image = next((i for i, p in list(self._omp_programs.items()) if p is program), None)
-        arena.before_launch(name, image, args, teams, threads, tripcount)
+        used = arena.used
+        arena.before_launch(name, image)
         out = self._omp_launch_impl(program, name, args, teams, threads, tripcount)
-        arena.after_launch(name)
+        arena.after_launch(name, args, out[0], out[1], tripcount, used)
         return out
 
     def start_record_replay(self, size: int, vaddr: int, recording: bool,

@@ -41,32 +41,41 @@ class Arena:
     def holds(self, addr: int) -> bool:
         return self.start <= addr < self.start + self.size
 
-    def snapshot(self, path: str) -> None:
-        """The used part of the block, as it is on the device, into `path`."""
-        data = bytearray(self.used)
-        if self.used:
+    def snapshot(self, path: str, length: int | None = None) -> None:
+        """The used part of the block (its first `length` bytes), as it is on the device,
+        into `path`."""
+        n = self.used if length is None else length
+        data = bytearray(n)
+        if n:
             buf = _ffi.from_buffer(data)
-            self._retrieve(int(_ffi.cast("uintptr_t", buf)), self.start, self.used)
+            self._retrieve(int(_ffi.cast("uintptr_t", buf)), self.start, n)
         with open(path, "wb") as f:
             f.write(data)
 
-    def before_launch(self, name: str, image: bytes | None, args: Sequence[int], teams: int,
-                      threads: int, tripcount: int) -> None:
+    def before_launch(self, name: str, image: bytes | None) -> None:
+        """While recording: the image and the memory the launch starts from."""
         if not self.recording:
             return
-        with open(f"{name}.json", "w") as f:
-            json.dump({"Name": name, "NumArgs": len(args), "NumTeamsClause": max(teams, 0),
-                       "ThreadLimitClause": max(threads, 0), "LoopTripCount": tripcount,
-                       "DeviceMemorySize": self.used, "DeviceId": self.device_id,
-                       "BumpAllocVAStart": self.start,
-                       "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
-                       "ArgOffsets": [0] * len(args)}, f)
         if image is not None:
             with open(f"{name}.image", "wb") as f:
                 f.write(image)
         self.snapshot(f"{name}.memory")
 
-    def after_launch(self, name: str) -> None:
+    def after_launch(self, name: str, args: Sequence[int], blocks: int, threads: int,
+                     tripcount: int, used_before: int) -> None:
+        """While recording: the launch as it ran (the geometry it got, as LLVM records
+        it, so a replay runs it the same way); with save-output, the memory after it: the
+        part the launch started with (what a replay is given; what the launch itself
+        allocated, such as a launch environment made once per process, is left out, so a
+        recording and its replay compare)."""
+        if self.recording:
+            with open(f"{name}.json", "w") as f:
+                json.dump({"Name": name, "NumArgs": len(args), "NumTeamsClause": blocks,
+                           "ThreadLimitClause": threads, "LoopTripCount": tripcount,
+                           "DeviceMemorySize": used_before, "DeviceId": self.device_id,
+                           "BumpAllocVAStart": self.start,
+                           "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
+                           "ArgOffsets": [0] * len(args)}, f)
         if self.save_output:
             self.snapshot(f"{name}.original.output" if self.recording
-                          else f"{name}.replay.output")
+                          else f"{name}.replay.output", used_before)
