@@ -49,6 +49,10 @@ VARIABLES = {
     "OFFLOAD_AMDGPU_HSA_LIBRARY": "path of libhsa-runtime64 (default libhsa-runtime64.so.1)",
     "OFFLOAD_CAPI_PROFILE": "path: a C program on the drop-in libomptarget writes a cProfile "
                             "of its calls into offload there when it exits",
+    "LIBOMPTARGET_RECORD": "1: a C program on the drop-in libomptarget records every kernel "
+                           "launch (LLVM's files, in the current directory)",
+    "LIBOMPTARGET_RR_DEVMEM_SIZE": "GiB reserved per device for recording (default 64)",
+    "LIBOMPTARGET_RR_SAVE_OUTPUT": "1: recording also writes the memory after each kernel",
 }
 
 
