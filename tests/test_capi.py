@@ -207,7 +207,8 @@ def test_interop_objects_where_llvm_crashes(tmp_path, ours):
     rc, out, err = run_on_ours(tmp_path, ours, "interop_beyond_llvm.c.in")
     assert rc == 0, err
     assert out.splitlines() == [
-        "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
+        "after init with depend: x=1", "after use with depend: x=1",
+        "after destroy with depend: x=1", "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
         "targetsync null 1 rc 1", "name of fr_id: fr_id, type int", "destroyed, none: 1"]
 
 

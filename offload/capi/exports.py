@@ -39,6 +39,7 @@ from .interop_objects import (
     interop_ptr,
     interop_str,
     interop_type_desc,
+    interop_use,
 )
 from .kernels import (
     construct_device,
@@ -300,7 +301,7 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
 
     # interop objects: none of offload's host devices has a foreign runtime to hand out
     ext("__tgt_interop_init")(interop_init)
-    ext("__tgt_interop_use")(lambda loc, gtid, ip, dev, nd, dl, nw: None)
+    ext("__tgt_interop_use")(interop_use)
     ext("__tgt_interop_destroy")(interop_destroy)
     ext("omp_get_interop_int", 0)(interop_int)
     ext("omp_get_interop_ptr", ffi.NULL)(interop_ptr)

@@ -7,25 +7,56 @@ from typing import Any
 from .devices import device_number
 from .images import addr, ffi
 
+ffi.cdef("void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
+         "int32_t ndeps_noalias, void *noalias_deps);")
+try:
+    _libomp: Any = ffi.dlopen(None)
+    _libomp.__kmpc_omp_wait_deps     # noqa: B018 - present when libomp is loaded
+except (AttributeError, OSError):
+    _libomp = None
 _interops: dict[int, tuple[Any, int]] = {}
+_TASKSYNC = 2                   # kmp_interop_type_tasksync (clang-19 passes 2)
 _OMP_IPR_FR_ID, _OMP_IPR_DEVICE_NUM = -1, -5
 _IRC_SUCCESS, _IRC_NO_VALUE, _IRC_OUT_OF_RANGE, _IRC_TYPE_INT = 0, 1, -5, -2
 _PROPS = {-1: b"fr_id", -2: b"fr_name", -3: b"vendor", -4: b"vendor_name", -5: b"device_num",
           -6: b"platform", -7: b"device", -8: b"device_context", -9: b"targetsync"}
 
 
-def interop_init(loc: Any, gtid: int, interop: Any, kind: int, dev: int, *rest: Any) -> None:
+def _wait_deps(loc: Any, gtid: int, ndeps: int, deps: Any) -> None:
+    """The construct's depend clauses, waited for through libomp (as LLVM 19 does for a
+    targetsync object: the tasks they name have finished)."""
+    if ndeps > 0 and _libomp is not None and addr(deps):
+        _libomp.__kmpc_omp_wait_deps(ffi.cast("void *", addr(loc)), gtid, ndeps,
+                                     ffi.cast("void *", addr(deps)), 0, ffi.NULL)
+
+
+def interop_init(loc: Any, gtid: int, interop: Any, kind: int, dev: int, ndeps: int = 0,
+                 deps: Any = None, nowait: int = 0) -> None:
     """An interop object naming the device (no foreign runtime: properties beyond the
-    device number report no value)."""
+    device number report no value); a targetsync one after its dependences."""
     n = device_number(dev)
+    if kind == _TASKSYNC:
+        _wait_deps(loc, gtid, ndeps, deps)
     obj = ffi.new("int64_t[2]", [n, kind])
     _interops[addr(obj)] = (obj, n)
     ffi.cast("void **", interop)[0] = obj
 
 
-def interop_destroy(loc: Any, gtid: int, interop: Any, *rest: Any) -> None:
+def interop_use(loc: Any, gtid: int, interop: Any, dev: int, ndeps: int, deps: Any,
+                nowait: int) -> None:
+    """`interop use`: a targetsync object waits for the construct's dependences (no
+    foreign queue to flush); with nowait nothing waits, as LLVM 19."""
+    found = _interops.get(addr(ffi.cast("void **", interop)[0]))
+    if found is not None and found[0][1] == _TASKSYNC and not nowait:
+        _wait_deps(loc, gtid, ndeps, deps)
+
+
+def interop_destroy(loc: Any, gtid: int, interop: Any, dev: int = -1, ndeps: int = 0,
+                    deps: Any = None, nowait: int = 0) -> None:
     p = ffi.cast("void **", interop)
-    _interops.pop(addr(p[0]), None)
+    found = _interops.pop(addr(p[0]), None)
+    if found is not None and found[0][1] == _TASKSYNC and not nowait:
+        _wait_deps(loc, gtid, ndeps, deps)
     p[0] = ffi.NULL
 
 
