@@ -28,8 +28,6 @@ from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, Interrupts
 
 _ffi = ffi
-# record/replay blocks: where recording asks the driver to put device d's (d * stride on)
-_RECORD_BASE, _RECORD_STRIDE = 0x5F00_0000_0000, 0x40_0000_0000
 _INIT_PID: list[int] = []           # the process that initialised CUDA (fork detection)
 REGISTER_CHUNK = 64 << 30           # cuMemHostRegister at most this much at once (r580+)
 SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opting in
@@ -188,11 +186,8 @@ class CUDADevice(GenericDevice):
                 != C.CUDA_SUCCESS or gran[0] <= 0:
             return super()._reserve_impl(size, vaddr)
         length = -(-size // gran[0]) * gran[0]
-        # recording: a fixed place per device, far from where the driver puts its own
-        # memory, so that a replay in another process finds it free
-        hint = vaddr or _RECORD_BASE + self.id * _RECORD_STRIDE
         ptr = _ffi.new("CUdeviceptr *")
-        if lib.cuMemAddressReserve(ptr, length, 0, hint if hint % gran[0] == 0 else 0, 0) \
+        if lib.cuMemAddressReserve(ptr, length, 0, vaddr if vaddr % gran[0] == 0 else 0, 0) \
                 != C.CUDA_SUCCESS:
             return super()._reserve_impl(size, vaddr)
         handle = _ffi.new("CUmemGenericAllocationHandle *")
