@@ -58,34 +58,6 @@ typedef struct CUDA_MEMCPY2D_st {
     size_t WidthInBytes; size_t Height;
 } CUDA_MEMCPY2D;
 CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUmemLocation_st { int type; int id; } CUmemLocation;
-typedef struct CUmemAllocationProp_st {
-    int type;
-    int requestedHandleTypes;
-    CUmemLocation location;
-    void *win32HandleMetaData;
-    struct {
-        unsigned char compressionType;
-        unsigned char gpuDirectRDMACapable;
-        unsigned short usage;
-        unsigned char reserved[4];
-    } allocFlags;
-} CUmemAllocationProp;
-typedef struct CUmemAccessDesc_st { CUmemLocation location; int flags; } CUmemAccessDesc;
-CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
-                                       int option);
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                     const CUmemAllocationProp *prop, unsigned long long flags);
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                  CUmemGenericAllocationHandle handle, unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
-                        size_t count);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
@@ -133,10 +105,6 @@ CUDA_ERROR_INVALID_ADDRESS_SPACE = 717
 CUDA_ERROR_INVALID_PC = 718
 CUDA_ERROR_LAUNCH_FAILED = 719
 CU_CTX_SCHED_BLOCKING_SYNC = 0x04
-CU_MEM_ALLOCATION_TYPE_PINNED = 0x1
-CU_MEM_LOCATION_TYPE_DEVICE = 0x1
-CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0
-CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_JIT_ERROR_LOG_BUFFER = 5

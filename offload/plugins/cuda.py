@@ -169,45 +169,6 @@ class CUDADevice(GenericDevice):
             drv.check(drv.lib.cuMemAlloc_v2(d, size), f"cuMemAlloc({size})")
         return int(d[0])
 
-    def _reserve_impl(self, size: int, vaddr: int) -> int:
-        """Record/replay memory through the driver's virtual memory management: an address
-        range reserved at `vaddr` when it is free there (a replay then needs no pointer
-        moved, also those stored in device memory), device memory mapped into it and made
-        readable and writable; cuMemAlloc where any step is refused. Kept for the
-        process's life."""
-        lib = self.plugin.drv.lib
-        self.activate()
-        prop = _ffi.new("CUmemAllocationProp *")
-        prop.type = C.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = C.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = self.cu_device
-        gran = _ffi.new("size_t *")
-        if lib.cuMemGetAllocationGranularity(gran, prop, C.CU_MEM_ALLOC_GRANULARITY_MINIMUM) \
-                != C.CUDA_SUCCESS or gran[0] <= 0:
-            return super()._reserve_impl(size, vaddr)
-        length = -(-size // gran[0]) * gran[0]
-        ptr = _ffi.new("CUdeviceptr *")
-        if lib.cuMemAddressReserve(ptr, length, 0, vaddr if vaddr % gran[0] == 0 else 0, 0) \
-                != C.CUDA_SUCCESS:
-            return super()._reserve_impl(size, vaddr)
-        handle = _ffi.new("CUmemGenericAllocationHandle *")
-        access = _ffi.new("CUmemAccessDesc *")
-        access.location.type = C.CU_MEM_LOCATION_TYPE_DEVICE
-        access.location.id = self.cu_device
-        access.flags = C.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        ok = mapped = False
-        try:
-            if lib.cuMemCreate(handle, length, prop, 0) == C.CUDA_SUCCESS:
-                mapped = lib.cuMemMap(ptr[0], length, 0, handle[0], 0) == C.CUDA_SUCCESS
-                lib.cuMemRelease(handle[0])           # the mapping keeps the memory
-                ok = mapped and lib.cuMemSetAccess(ptr[0], length, access, 1) == C.CUDA_SUCCESS
-        finally:
-            if not ok:
-                if mapped:
-                    lib.cuMemUnmap(ptr[0], length)
-                lib.cuMemAddressFree(ptr[0], length)
-        return int(ptr[0]) if ok else super()._reserve_impl(size, vaddr)
-
     def _free_impl(self, addr: int, size: int, kind: AllocKind) -> None:
         drv = self.plugin.drv
         self.activate()
