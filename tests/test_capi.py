@@ -47,11 +47,11 @@ def built(tmp_path_factory):
     return exes
 
 
-def run(exe, lib_path, **env):
+def run(exe, lib_path, *args, cwd=None, **env):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
     e.update(env, LD_LIBRARY_PATH=lib_path)
-    res = subprocess.run([exe], capture_output=True, text=True, env=e, timeout=120,
-                         cwd=os.path.dirname(exe))
+    res = subprocess.run([exe, *args], capture_output=True, text=True, env=e, timeout=120,
+                         cwd=cwd or os.path.dirname(exe))
     return res.returncode, res.stdout, res.stderr
 
 
@@ -208,7 +208,8 @@ def test_interop_objects_where_llvm_crashes(tmp_path, ours):
     assert rc == 0, err
     assert out.splitlines() == [
         "after init with depend: x=1", "after use with depend: x=1",
-        "after destroy with depend: x=1", "obj is none: 0", "fr_id 0 rc 1", "fr_name (null) rc 1", "device_num 0 rc 0",
+        "after destroy with depend: x=1", "obj is none: 0", "fr_id 0 rc 1",
+        "fr_name (null) rc 1", "device_num 0 rc 0",
         "targetsync null 1 rc 1", "name of fr_id: fr_id, type int", "destroyed, none: 1"]
 
 
@@ -286,13 +287,10 @@ REPLAY = os.path.join(os.path.dirname(LLVM_LIB), "bin", "llvm-omp-kernel-replay"
 
 def _replay(ours, json_path):
     """LLVM 19's llvm-omp-kernel-replay --verify of one recorded kernel, on offload."""
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
-    e["LD_LIBRARY_PATH"] = f"{ours}:{LLVM_LIB}"
-    res = subprocess.run([REPLAY, "--verify", os.path.basename(json_path)],
-                         capture_output=True, text=True, env=e, timeout=120,
-                         cwd=os.path.dirname(json_path))
-    assert res.returncode == 0, res.stderr
-    return res.stdout.strip()
+    rc, out, err = run(REPLAY, f"{ours}:{LLVM_LIB}", "--verify", os.path.basename(json_path),
+                       cwd=os.path.dirname(json_path))
+    assert rc == 0, err
+    return out.strip()
 
 
 def _check_recording(directory, kernels):

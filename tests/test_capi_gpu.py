@@ -33,6 +33,15 @@ def lib():
     return libdir()
 
 
+def _run(lib, exe, cwd="/tmp"):
+    """A built program on offload's library (and the carried libomp), LIBOMPTARGET_* and
+    OFFLOAD_* cleared."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
+    return subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=cwd)
+
+
 # known failures, left open (none now; kept for the next one found)
 KNOWN: dict[str, str] = {}
 
@@ -40,10 +49,7 @@ KNOWN: dict[str, str] = {}
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
     reason=KNOWN[n], strict=True)) if n in KNOWN else n for n in NAMES])
 def test_nvptx_program_prints_what_the_host_run_prints(lib, name):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
-    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
-    res = subprocess.run([os.path.join(PROGRAMS, "nvptx", name)], capture_output=True,
-                         text=True, env=env, timeout=300, cwd="/tmp")
+    res = _run(lib, os.path.join(PROGRAMS, "nvptx", name))
     with open(os.path.join(PROGRAMS, "expected", name + ".txt")) as f:
         expected = f.read()
     rc = res.returncode if res.returncode >= 0 else 128 - res.returncode   # as the shell
@@ -58,10 +64,7 @@ def test_ompt_tool_hears_the_gpu_as_the_host(lib):
     exe = os.path.join(PROGRAMS, "ompt", "ompt_emi")
     if not os.path.exists(exe):
         pytest.skip("ompt/ompt_emi not built (scripts/build-capi-gpu.sh)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
-    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
-    res = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300,
-                         cwd="/tmp")
+    res = _run(lib, exe)
     assert res.returncode == 0, res.stderr[-2000:]
     with open(os.path.join(PROGRAMS, "ompt", "expected.txt")) as f:
         host = f.read().splitlines()
@@ -85,10 +88,7 @@ def test_kernels_recorded_and_replayed_on_the_gpu(lib, tmp_path):
     exe = os.path.join(PROGRAMS, "ompt", "record_replay")
     if not os.path.exists(exe):
         pytest.skip("ompt/record_replay not built (scripts/build-capi-gpu.sh)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
-    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
-    res = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=str(tmp_path))
+    res = _run(lib, exe, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines()[1:] == ["a[0]=113 a[5]=13"]
     recorded = sorted(p for p in os.listdir(tmp_path) if p.endswith(".json"))

@@ -22,12 +22,15 @@ _ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 OFFLOAD_SUCCESS, OFFLOAD_FAIL = 0, -1
 _disabled = False                              # OMP_TARGET_OFFLOAD=disabled (C programs)
 
-ffi.cdef("int omp_get_default_device(void);")
+ffi.cdef("int omp_get_default_device(void);"
+         "void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
+         "int32_t ndeps_noalias, void *noalias_deps);")
 try:
-    _libomp: Any = ffi.dlopen(None)
-    _libomp.omp_get_default_device     # noqa: B018 - present when libomp is loaded
+    #: libomp's functions, when it is loaded in this process (else None)
+    libomp: Any = ffi.dlopen(None)
+    libomp.omp_get_default_device     # noqa: B018 - present when libomp is loaded
 except (AttributeError, OSError):
-    _libomp = None
+    libomp = None
 
 
 def forget_program(prog: Program) -> None:
@@ -87,7 +90,7 @@ def fatal(msg: str) -> None:
 
 def device_number(dev: int) -> int:
     if dev == -1:
-        return _libomp.omp_get_default_device() if _libomp is not None else \
+        return libomp.omp_get_default_device() if libomp is not None else \
             ensure_runtime().default_device
     return dev
 

@@ -22,6 +22,13 @@ _T_UINTPTR = ffi.typeof("uintptr_t")
 _cast = ffi._backend.cast                  # cffi's cast without the type-name lookup
 
 
+def image_kind(data: bytes) -> str | None:
+    """The plugins' name for a device image's kind ("x86_64", "nvptx"), from its ELF
+    header; None for anything else."""
+    return _MACHINES.get(int.from_bytes(data[18:20], "little")) \
+        if data[:4] == _ELF_MAGIC else None
+
+
 def addr(p: Any) -> int:
     """A cdata pointer (of any FFI) as an int."""
     return int(_cast(_T_UINTPTR, p)) if not isinstance(p, int) else p
@@ -68,8 +75,7 @@ class Registry:
             img = desc.DeviceImages[i]
             start, end = addr(img.ImageStart), addr(img.ImageEnd)
             data = ffi.buffer(ffi.cast("char *", start), end - start)[:]
-            kind = _MACHINES.get(int.from_bytes(data[18:20], "little")) \
-                if data[:4] == _ELF_MAGIC else None
+            kind = image_kind(data)
             if kind is not None and kind not in images:
                 images[kind], starts[kind] = data, start
         prog = Program(desc_addr, entries, images, starts)

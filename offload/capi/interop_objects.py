@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .devices import device_number
+from .devices import device_number, libomp
 from .images import addr, ffi
 
-ffi.cdef("void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
-         "int32_t ndeps_noalias, void *noalias_deps);")
-try:
-    _libomp: Any = ffi.dlopen(None)
-    _libomp.__kmpc_omp_wait_deps     # noqa: B018 - present when libomp is loaded
-except (AttributeError, OSError):
-    _libomp = None
 _interops: dict[int, tuple[Any, int]] = {}
 _TASKSYNC = 2                   # kmp_interop_type_tasksync (clang-19 passes 2)
 _OMP_IPR_FR_ID, _OMP_IPR_DEVICE_NUM = -1, -5
@@ -25,8 +18,8 @@ _PROPS = {-1: b"fr_id", -2: b"fr_name", -3: b"vendor", -4: b"vendor_name", -5: b
 def _wait_deps(loc: Any, gtid: int, ndeps: int, deps: Any) -> None:
     """The construct's depend clauses, waited for through libomp (as LLVM 19 does for a
     targetsync object: the tasks they name have finished)."""
-    if ndeps > 0 and _libomp is not None and addr(deps):
-        _libomp.__kmpc_omp_wait_deps(ffi.cast("void *", addr(loc)), gtid, ndeps,
+    if ndeps > 0 and libomp is not None and addr(deps):
+        libomp.__kmpc_omp_wait_deps(ffi.cast("void *", addr(loc)), gtid, ndeps,
                                      ffi.cast("void *", addr(deps)), 0, ffi.NULL)
 
 

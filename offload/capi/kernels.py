@@ -220,9 +220,8 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
                   types: Any, names: Any = None, mappers: Any = None, teams: int = -1,
                   threads: int = -1) -> int:
     d = construct_device(dev)
-    counts = getattr(_pushed, "counts", None)
-    tripcount = counts.pop(d.number if d is not None else device_number(dev), 0) \
-        if counts else 0
+    counts = getattr(_pushed, "counts", None)          # used up by this launch
+    tripcount = counts.pop(device_number(dev), 0) if counts else 0
     if d is None:
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)

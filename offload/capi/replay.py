@@ -18,6 +18,7 @@ import cffi
 from .. import runtime
 from .abi import SONAME, TYPES
 from .build import libdir
+from .images import image_kind
 
 _EXPORTS = """
 void __tgt_register_lib(__tgt_bin_desc *desc);
@@ -28,7 +29,6 @@ int __tgt_target_kernel_replay(void *loc, int64_t dev, void *host_ptr, void *mem
                                int64_t size, void **args, ptrdiff_t *offsets, int32_t n,
                                int32_t teams, int32_t threads, uint64_t tripcount);
 """
-_KINDS = {62: "x86_64", 190: "nvptx"}       # ELF e_machine -> the plugins' image kind
 
 
 def _device_for(kind: str | None, local_id: int) -> int:
@@ -69,8 +69,8 @@ def replay(path: str, verify: bool = False, device: int | None = None) -> bool |
     here = os.getcwd()
     os.chdir(where)                    # the replay's output goes beside the recording
     try:
-        kind = _KINDS.get(int.from_bytes(image[18:20], "little"))
-        dev = device if device is not None else _device_for(kind, desc["DeviceId"])
+        dev = device if device is not None else _device_for(image_kind(image),
+                                                             desc["DeviceId"])
         start, size = desc["BumpAllocVAStart"], desc["DeviceMemorySize"]
         offset = ffi.new("uint64_t *")
         if lib.__tgt_activate_record_replay(dev, max(size, 1), ffi.cast("void *", start),
