@@ -16,6 +16,7 @@ from typing import Any
 from .. import omp, omp_async, runtime
 from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
+from ..mapping import TRACED
 from ..runtime import operation
 from . import maps, ompt
 from .devices import (
@@ -387,8 +388,10 @@ def _record_replay(dev: int, size: int, vaddr: Any, is_record: bool, save_output
 
 
 def _set_info(flags: int) -> None:
+    """__tgt_set_info_flag: LIBOMPTARGET_INFO's bits for every device (a tool listening
+    keeps the tables traced)."""
     for d in ensure_runtime().manager.initialized():
-        d.table.info = int(flags)
+        d.table.info = int(flags) | (d.table.info & TRACED)
 
 
 def _print_device_info(dev: int) -> int:

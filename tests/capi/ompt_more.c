@@ -13,6 +13,7 @@ void *llvm_omp_target_alloc_host(size_t, int);
 void llvm_omp_target_free_host(void *, int);
 void *llvm_omp_target_lock_mem(void *, size_t, int);
 void llvm_omp_target_unlock_mem(void *, int);
+void __tgt_set_info_flag(uint32_t);
 
 #pragma omp declare target
 int g[8];
@@ -53,7 +54,8 @@ int main(void) {
     a[2] = 6;
 #pragma omp target update to(a[8:8])
   }
-  printf("a[1]=%d a[2]=%d\n-- use_device_ptr\n", a[1], a[2]);
+  printf("a[1]=%d a[2]=%d\n-- use_device_ptr, after __tgt_set_info_flag(0)\n", a[1], a[2]);
+  __tgt_set_info_flag(0);                // LIBOMPTARGET_INFO off: the tool still hears all
 #pragma omp target data map(tofrom : a) use_device_ptr(heap)
   printf("in data\n");
   printf("-- rect, host alloc, present query\n");
