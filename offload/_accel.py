@@ -34,14 +34,18 @@ LIMIT = 1 << 16          # bytes copied under the table lock at most; larger: ou
 
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []          # [module or None], once per process
+_why: list[str] = []                           # why it is None, once known
 _fds: list[int] = []                           # memfds of loaded modules, kept open
 
 
 def _build() -> ModuleType | None:
-    cfg = _config.read()
+    cache_dir, cc = _config.tools()
     include = sysconfig.get_paths()["include"]
-    if sysconfig.get_config_var("Py_GIL_DISABLED") or \
-            not os.path.exists(os.path.join(include, "Python.h")):
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        _why.append("a free-threaded Python")
+        return None
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        _why.append(f"no Python headers ({include}/Python.h)")
         return None
     parts = []
     for name in sorted(os.listdir(SOURCES)):
@@ -51,18 +55,19 @@ def _build() -> ModuleType | None:
     key = hashlib.sha256(b"\0".join((*parts, sys.version.encode(), include.encode(),
                                      str(sysconfig.get_config_var("EXT_SUFFIX")).encode()))
                          ).hexdigest()[:40]
-    directory = cache_directory(cfg.cache_dir)
+    directory = cache_directory(cache_dir)
     out = os.path.join(directory, f"accel-{key}.so")
     data = _read_own(out)
     if data is None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"accel-{key}.", suffix=".so.tmp")
         os.close(fd)
         try:
-            _run([cfg.cc, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", f"-I{include}",
+            _run([cc, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", f"-I{include}",
                   f"-I{SOURCES}", os.path.join(SOURCES, MAIN), "-o", tmp],
                  "building the accelerator")
             data = _read_own(tmp)
             if data is None:
+                _why.append(f"the built module {tmp} could not be read back")
                 return None
             os.replace(tmp, out)
         finally:
@@ -89,9 +94,20 @@ def load() -> ModuleType | None:
         if not _loaded:
             try:
                 _loaded.append(_build())
-            except (OffloadError, OSError, ImportError):
+            except (OffloadError, OSError, ImportError) as exc:
+                _why.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 _loaded.append(None)
         return _loaded[0]
+
+
+def describe(config: _config.Config) -> str:
+    """Which mapping core runs, for offload-info: the compiled one, or the pure-Python
+    twin and why."""
+    if not config.accel:
+        return "pure Python (OFFLOAD_ACCEL=0)"
+    if load() is None:
+        return f"pure Python (the compiled core was not built: {', '.join(_why) or 'unknown'})"
+    return f"compiled ({MAIN} and the files beside it, cached in {config.cache_dir or 'the cache'})"
 
 
 def new_lock(config: _config.Config) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import _accel
+from . import config as _config
 from .runtime import current as _current
 
 
@@ -19,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     m = _current().manager
     print(f"offload {__version__}: {m.num_devices()} device(s); "
           f"initial device is {m.num_devices()}")
+    print(f"mapping core: {_accel.describe(_config.read())}")
     number = 0
     for rec in m.records:
         status = (f"{rec.num_devices} device(s)" if rec.num_devices

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -47,6 +48,8 @@ VARIABLES = {
     "OFFLOAD_CUDA_LIBRARY": "path of libcuda (default libcuda.so.1)",
     "OFFLOAD_CUDA_NVRTC_LIBRARY": "path of libnvrtc (default: searched)",
     "OFFLOAD_AMDGPU_HSA_LIBRARY": "path of libhsa-runtime64 (default libhsa-runtime64.so.1)",
+    "OFFLOAD_CAPI_INJECT": "comma list of the drop-in libomptarget's exports made to fail "
+                           "(tests)",
     "OFFLOAD_CAPI_PROFILE": "path: a C program on the drop-in libomptarget writes a cProfile "
                             "of its calls into offload there when it exits",
     "LIBOMPTARGET_RECORD": "1: a C program on the drop-in libomptarget records every kernel "
@@ -58,11 +61,30 @@ VARIABLES = {
 
 E = TypeVar("E", bound=enum.Enum)
 
+#: in a C program on the drop-in library, the variables LLVM 19 accepts whatever their
+#: value (libomp warns about a bad OMP_* value and uses its default; LLVM ignores a bad
+#: LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS) take their default when invalid
+LLVM_LENIENT = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE",
+                "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS")
+
+
+def _lenient(name: str) -> bool:
+    return name in LLVM_LENIENT and bool(getattr(sys, "_offload_capi_owns_python", False))
+
 
 def _enum(name: str, kind: type[E], default: E) -> E:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
+    if _lenient(name):
+        try:
+            return _enum_strict(name, kind, default, raw)
+        except OffloadError:
+            return default
+    return _enum_strict(name, kind, default, raw)
+
+
+def _enum_strict(name: str, kind: type[E], default: E, raw: str) -> E:
     if kind is LockMapped and raw in ("1", "true", "yes"):
         raw = "on"
     if kind is LockMapped and raw in ("0", "false", "no"):
@@ -82,6 +104,8 @@ def _int(name: str, default: int, minimum: int = 0, maximum: int = 2**63 - 1) ->
     try:
         value = int(raw, 0)
     except ValueError:
+        if _lenient(name):
+            return default
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"{name}={raw!r} is not an integer") from None
     if not minimum <= value <= maximum:
@@ -106,6 +130,23 @@ class Config:
     accel: bool = True
     nvrtc_library: str = ""
     hsa_library: str = "libhsa-runtime64.so.1"
+
+
+def accel_enabled() -> bool:
+    """OFFLOAD_ACCEL alone, as imports read it (a bad value: off, and read() says why
+    when the runtime starts)."""
+    try:
+        return bool(_int("OFFLOAD_ACCEL", 1, maximum=1))
+    except OffloadError:
+        return False
+
+
+def tools() -> tuple[str, str]:
+    """(cache directory, C compiler), as read() gives them, reading nothing else."""
+    env = os.environ
+    return (env.get("OFFLOAD_CACHE_DIR")
+            or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
+            env.get("OFFLOAD_CC") or env.get("CC") or "cc")
 
 
 def read() -> Config:

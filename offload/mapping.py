@@ -39,6 +39,21 @@ _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Inf
 TRACED = 1 << 30          # MappingTable.info: a tool hears the data operations (offload.tracing)
 
 
+def _pending(e: HostDataToTarget) -> threading.Lock | None:
+    """The lock to wait on when another thread is still making `e` (allocating and
+    filling it) or unmaking it (its last copy back), else None. Whoever finds such an
+    entry touches none of its counts: it waits, then looks again (LLVM's map_back_race.cpp:
+    a map during the copy back never starts from the stale host copy)."""
+    ready = e.ready
+    return ready if ready is not None and ready.locked() else None
+
+
+def _held_lock() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 class _Construct:
     """What one construct of several clauses has done so far: the entries it created,
     the copies it made, the `from` copies it put off until it drops the last reference."""
@@ -69,6 +84,11 @@ class MappingTable:
         self._starts: list[int] = []
         self._entries: list[HostDataToTarget] = []
         self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
+        # id(entry) -> threads that dropped its last reference and have not left it yet,
+        # and those of them copying it back now (see _drain, _hold, _leave)
+        self._leavers: dict[int, int] = {}
+        self._holders: dict[int, int] = {}
+        self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
         # on host memory, begin_plain/end_plain in C (the methods below for the rest)
         fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
                                  MappingTable.begin_plain, MappingTable.end_plain,
@@ -271,7 +291,10 @@ class MappingTable:
                     inside = p + n <= e.hst_end
                 else:
                     e, inside = self._find(p, n)
-                if e is not None and (inside or t & _IMPLICIT):
+                pending = None if e is None else _pending(e)
+                if pending is not None:
+                    pass                          # being made or unmade: wait, look again
+                elif e is not None and (inside or t & _IMPLICIT):
                     if t & _MEMBER:
                         pass                      # its struct's mapping counts for it
                     elif t & _HOLD:
@@ -300,22 +323,19 @@ class MappingTable:
                     new = True
                     if t & _MEMBER:               # no struct mapping: it counts as its own
                         it.type = MapType(t & ~_MEMBER)
-                if busy is not None:
+                if pending is None and busy is not None:
+                    assert e is not None
                     e.busy += 1
                     busy.append(e)
+            if pending is not None:
+                with pending:           # its first copy, or its last copy back, is done
+                    pass
+                continue
+            assert e is not None
             if new:
                 if c is not None:
                     c.created.add(id(e))
                 return self._make(e, it, queue, c), e
-            ready = e.ready
-            if ready is not None and ready.locked():
-                with ready:           # wait for its first copy
-                    pass
-                if e.failed:            # the entry we counted on never came to be
-                    if busy is not None:
-                        self.release_busy([e])
-                        busy.remove(e)
-                    continue
             tgt = e.tgt_begin + (p - e.hst_begin)
             if self.info & _I_EXISTS:
                 self._say_exists(p, n, e,
@@ -435,7 +455,11 @@ class MappingTable:
                 assert f is not None
                 f.dyn -= 1
                 last = f.dyn + f.hold == 0
-                if last:
+                back = last and copy_back and t & _FROM
+                if back:                   # kept, held, until copied back
+                    self._leavers[id(f)] = 1
+                    self._hold(f)
+                elif last:
                     self._remove(f)
                 if own:
                     f.busy = 0
@@ -444,13 +468,15 @@ class MappingTable:
         if not fast:
             self.end_general(p, n, t, owner, e, copy_back)
             return
-        if last:
+        if back:
             assert f is not None
             try:
-                if copy_back and t & _FROM:
-                    self._copy_from(p, f.tgt_begin, n, f.name, None, f)
+                self._copy_from(p, f.tgt_begin, n, f.name, None, f)
             finally:
-                self._release(f)
+                self._leave(f)
+        elif last:
+            assert f is not None
+            self._release(f)
 
     def update_plain(self, p: int, n: int, t: int) -> None:
         """`target_data_update([item])` for one item over [p, p+n) (n > 0) of type TO or
@@ -549,7 +575,7 @@ class MappingTable:
                 e.hold -= 1
             else:
                 e.dyn -= 1
-            gone = e.total() == 0
+            gone = e.total() == 0 and id(e) not in self._leavers   # else they take it out
             if gone:
                 self._remove(e)
         if gone:
@@ -574,7 +600,9 @@ class MappingTable:
         """Unmap every item, last clause first. `from` copies back when this construct
         drops the last reference (whatever the clause order) or with `always`, once per
         range; the entries go after their copies have finished, and after any other work
-        in flight on them (`own`: the caller's own busy marks, not waited for)."""
+        in flight on them (`own`: the caller's own busy marks, not waited for). An entry
+        stays in the table, held, through its last copy back (LLVM's map_back_race.cpp):
+        who maps it meanwhile waits, then maps the host copy it brought back."""
         if not items:
             return
         if copy_back:
@@ -586,29 +614,107 @@ class MappingTable:
                                 "array")
         c = _Construct() if len(items) > 1 else None     # as in target_data_begin
         dying: list[HostDataToTarget] = []               # last reference dropped here
+        copies: list[tuple[int, int, HostDataToTarget]] = []
         error_: OffloadError | None = None
-        for it in reversed(items):
-            try:
-                self._end_one(it, queue, c, copy_back, own, dying)
-            except OffloadError as exc:      # keep unmapping the others; raise the first
-                error_ = error_ or exc
-        if dying:
-            if queue is not None:
+        held: list[HostDataToTarget] = []
+        synced = queue is None
+        try:
+            for it in reversed(items):
+                try:
+                    self._end_one(it, c, copy_back, dying, copies)
+                except OffloadError as exc:  # keep unmapping the others; raise the first
+                    error_ = error_ or exc
+            if dying:
+                self._drain(dying, own, held)
+            for p, n, e in copies:
+                try:
+                    self._copy_back(p, n, e, queue)
+                except OffloadError as exc:
+                    error_ = error_ or exc
+            if dying and queue is not None:
                 self.plugin.synchronize(self.device, queue)
-            for e in dying:
-                if self.info & _I_CHANGED:
-                    self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:016x}, "
-                              f"TgtPtrBegin=0x{e.tgt_begin:016x}, Size={e.size}, "
-                              f"Name={e.name or 'unknown'}")
-                self._release(e)
+            synced = True
+        finally:
+            if dying and not held:                 # interrupted before the drain: no copy,
+                self._drain(dying, own, held, wait=False)      # and the memory is kept
+                synced = False
+            for e in held:
+                self._leave(e, synced)
         if error_ is not None:
             raise error_
 
-    def _end_one(self, it: MapItem, queue: Any, c: _Construct | None, copy_back: bool,
-                 own: Sequence[HostDataToTarget], dying: list[HostDataToTarget]) -> None:
+    def _drain(self, dying: list[HostDataToTarget], own: Sequence[HostDataToTarget],
+               held: list[HostDataToTarget], wait: bool = True) -> None:
+        """Wait until no work in flight but the caller's own uses the entries whose last
+        reference went (nothing held yet: a thread in flight may wait on what this one
+        holds), then hold each for its copy back (appended to `held`, also when the wait is
+        interrupted); `wait` False: at once."""
+        excused = self._excused     # busy marks of threads unmapping the entry themselves
+        with self._lock:            # (their work on it is done; each waiting on the others'
+            for e in dying:         # marks would never end), _end_one's mark included
+                excused[id(e)] = excused.get(id(e), 0) + own.count(e) + 1
+            try:
+                if wait and any(e.busy > excused[id(e)] for e in dying):
+                    if self._waiting:
+                        self._idle.notify_all()        # another unmapper's wait may be over
+                    self._wait_idle(lambda: all(e.busy <= excused[id(e)] for e in dying))
+            finally:
+                for e in dying:
+                    left = excused.pop(id(e)) - own.count(e) - 1
+                    if left:
+                        excused[id(e)] = left
+                    e.busy -= 1
+                    self._hold(e)
+                    held.append(e)
+
+    def _hold(self, e: HostDataToTarget) -> None:
+        """(Table lock held.) One more thread copies `e` back now; while any does,
+        `e.ready` is held and who finds `e` waits, touching none of its counts. Only
+        threads that wait for nothing else hold an entry (no cycle of waits)."""
+        n = self._holders.get(id(e), 0)
+        if n == 0:
+            e.ready = _held_lock()
+        self._holders[id(e)] = n + 1
+
+    def _leave(self, e: HostDataToTarget, free: bool = True) -> None:
+        """One thread's last copy back of `e` is done (LLVM's postProcessingTargetDataEnd,
+        with its data-end thread count): the last of the threads that dropped its last
+        reference takes it out, unless it was mapped again meanwhile (its memory freed
+        unless `free` is False: copies may still be reading it); then those waiting look
+        again."""
+        with self._lock:
+            leaving = None
+            n = self._holders.pop(id(e)) - 1
+            if n:
+                self._holders[id(e)] = n
+            else:
+                leaving, e.ready = e.ready, None
+            n = self._leavers.pop(id(e)) - 1
+            if n:
+                self._leavers[id(e)] = n
+            gone = n == 0 and e.total() == 0
+            if gone:
+                self._remove(e)
+                e.failed = True               # gone: whoever waited finds it no more
+        try:
+            if gone and self.info & _I_CHANGED:
+                self._say(f"Removing map entry with HstPtrBegin=0x{e.hst_begin:016x}, "
+                          f"TgtPtrBegin=0x{e.tgt_begin:016x}, Size={e.size}, "
+                          f"Name={e.name or 'unknown'}")
+            if gone and free:
+                self._release(e)
+        finally:
+            if leaving is not None:
+                leaving.release()
+
+    def _end_one(self, it: MapItem, c: _Construct | None, copy_back: bool,
+                 dying: list[HostDataToTarget],
+                 copies: list[tuple[int, int, HostDataToTarget]]) -> None:
+        """One clause's reference dropped; the copies back it calls for are appended to
+        `copies` (made once the construct's entries are drained)."""
         p, n, t = it.host, it.size, int(it.type)
         while True:
-            made = None               # an entry another thread is still making
+            made = None               # an entry another thread is making or unmaking
             with self._lock:
                 e = None
                 for dy in dying:                   # usually none: no generator on the hot path
@@ -622,14 +728,15 @@ class MappingTable:
                         inside = p + n <= e.hst_end
                     else:
                         e, inside = self._find(p, n)
-                    if e is None or not (inside or t & _IMPLICIT):
+                    if e is not None:
+                        made = _pending(e)
+                    if made is not None:
+                        pass                       # wait for it, then look again
+                    elif e is None or not (inside or t & _IMPLICIT):
                         if t & _PRESENT:
                             raise error([present_missing(p, n)], it,
                                         "it was never mapped, or was unmapped already")
                         return
-                    ready = e.ready
-                    if ready is not None and ready.locked():
-                        made = ready          # wait for its first copy, then look again
                     else:
                         if t & _MEMBER:
                             pass                           # its struct's mapping counts for it
@@ -647,23 +754,22 @@ class MappingTable:
                                    if t & _DELETE else
                                    " (decremented, delayed deletion)")
                             self._say_exists(p, n, e, how, bool(t & _HOLD))
-                        if last:
-                            self._remove(e)                # nobody new finds it ...
-                            dying.append(e)
-                            if e.busy and e.busy > own.count(e):   # ... work in flight ends
-                                mine = own.count(e)
-                                self._wait_idle(lambda dead=e, mine=mine: dead.busy <= mine)
+                        if last:                   # drained, held and taken out later;
+                            e.busy += 1            # marked meanwhile, so that no fewer-steps
+                            dying.append(e)        # path frees it if it is mapped again
+                            self._leavers[id(e)] = self._leavers.get(id(e), 0) + 1
                 else:
                     last = False
             if made is None:
                 break
             with made:
                 pass
+        assert e is not None
         if not copy_back or not t & _FROM and c is None:
             return
         if c is None:                          # the only clause: copy now or never
             if n > 0 and (t & _ALWAYS or last or released_before):
-                self._copy_back(p, n, e, queue)
+                copies.append((p, n, e))
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -678,7 +784,7 @@ class MappingTable:
             if key in c.copied_from:
                 continue
             c.copied_from.add(key)
-            self._copy_back(d.host, d.size, e, queue)
+            copies.append((d.host, d.size, e))
 
     def _copy_back(self, p: int, n: int, e: HostDataToTarget, queue: Any) -> None:
         """Copy [p, p+n) back from entry `e`, as far as `e` holds it: an implicit item may
@@ -736,10 +842,12 @@ class MappingTable:
                 e, inside = self._find(p, n)
                 if e is None or not inside:
                     return None
-                e.busy += 1
-            if self._made([e]):
-                return e
-            self.release_busy([e])                # it never came to be: look again
+                pending = _pending(e)
+                if pending is None:
+                    e.busy += 1
+                    return e
+            with pending:                         # being made or unmade: look again
+                pass
 
     @staticmethod
     def _made(entries: Sequence[HostDataToTarget]) -> bool:
@@ -757,17 +865,25 @@ class MappingTable:
     def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
         """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
         once; return them for `release_busy`."""
-        out: list[HostDataToTarget] = []
         if not ranges:
-            return out
-        with self._lock:
-            for p, n in ranges:
-                e = self._find(p, max(n, 1))[0]
-                if e is not None and e not in out:
-                    e.busy += 1
-                    out.append(e)
-        self._made(out)             # one that failed is not found again (kernel_arg says so)
-        return out
+            return []
+        while True:
+            out: list[HostDataToTarget] = []
+            with self._lock:
+                pending = None
+                for p, n in ranges:
+                    e = self._find(p, max(n, 1))[0]
+                    if e is not None and e not in out:
+                        pending = _pending(e)
+                        if pending is not None:
+                            break
+                        out.append(e)
+                if pending is None:
+                    for e in out:
+                        e.busy += 1
+                    return out
+            with pending:                         # being made or unmade: look again
+                pass
 
     def mark_busy_each(self, ranges: Sequence[tuple[int, int]]
                        ) -> list[HostDataToTarget] | None:
@@ -780,17 +896,11 @@ class MappingTable:
                 e = self._by_start.get(p)
                 if e is None:
                     e = self._find(p, max(n, 1))[0]
-                    if e is None:
-                        for f in out:
-                            f.busy -= 1
-                        if out and self._waiting:
-                            self._idle.notify_all()
-                        return None
-                e.busy += 1
+                if e is None or _pending(e) is not None:    # the general path decides
+                    return None
                 out.append(e)
-        if not self._made(out):                 # one never came to be: the general path
-            self.release_busy(out)
-            return None
+            for e in out:
+                e.busy += 1
         return out
 
     def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
@@ -849,3 +959,6 @@ class MappingTable:
             self._starts.clear()
             self._entries.clear()
             self._by_start.clear()
+            self._leavers.clear()
+            self._holders.clear()
+            self._excused.clear()

@@ -371,8 +371,11 @@ def _deferring_sigint(signum: int, frame: Any) -> None:
 
 def _install_sigint_deferral() -> None:
     """Replace Python's default SIGINT handler (only that one, and only from the main
-    thread) by one that never interrupts an operation half-way."""
-    if _Sigint.installed or threading.get_ident() != _MAIN:
+    thread) by one that never interrupts an operation half-way. Never in a C program on
+    the drop-in library: an interpreter the library started leaves the process's signal
+    dispositions (the program's handler, or SIG_IGN) as the program set them."""
+    if _Sigint.installed or threading.get_ident() != _MAIN or \
+            getattr(sys, "_offload_capi_owns_python", False):
         return
     try:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -438,7 +441,7 @@ def operation(fn: F) -> F:
     """Count a public call as an operation in flight: shutdown waits for it, and refuses
     new ones (UNINITIALIZED) while it runs. In C (the accelerator's Operation, the same
     steps) where it builds and OFFLOAD_ACCEL is not 0."""
-    module = _accel.load() if _config.read().accel else None
+    module = _accel.load() if _config.accel_enabled() else None
     if module is not None:
         return functools.update_wrapper(  # type: ignore[return-value]
             module.Operation(fn, _tls, _process, current, _unavailable, _Sigint,

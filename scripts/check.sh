@@ -7,4 +7,7 @@ py=.venv/bin/python
 "$py" -m mypy offload examples/plugin_template/offload_template_plugin
 "$py" scripts/check_layers.py
 "$py" -m mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+# the whole suite against both mapping cores, as CPython tests its C accelerators: the
+# compiled one (offload/accel_c), then its pure-Python twin (tests/conftest.py: ACCEL)
 "$py" -m pytest -q "$@"
+OFFLOAD_ACCEL=0 "$py" -m pytest -q "$@"

@@ -1,3 +1,4 @@
+import os
 import re
 
 import numpy as np
@@ -20,6 +21,12 @@ def vmlck_kb() -> int:
         return int(re.search(r"VmLck:\s+(\d+) kB", f.read()).group(1))
 
 
+#: the mapping core the whole suite runs against: OFFLOAD_ACCEL=0 in the environment of
+#: pytest selects the pure-Python twin for every test that does not choose one itself
+#: (scripts/check.sh runs the suite both ways, as CPython tests its C accelerators)
+ACCEL = os.environ.get("OFFLOAD_ACCEL")
+
+
 @pytest.fixture
 def runtime(monkeypatch, tmp_path_factory):
     """A fresh runtime on host devices; call with env overrides: runtime(OFFLOAD_...=...)."""
@@ -31,6 +38,8 @@ def runtime(monkeypatch, tmp_path_factory):
             monkeypatch.delenv(k, raising=False)
         monkeypatch.setenv("OFFLOAD_CACHE_DIR", cache)
         env.setdefault("OFFLOAD_PLUGINS", "host")
+        if ACCEL is not None:
+            env.setdefault("OFFLOAD_ACCEL", ACCEL)
         for k, v in env.items():
             monkeypatch.setenv(k, str(v))
         return offload.runtime.current().manager

@@ -114,7 +114,7 @@ def test_plain_paths_match_the_general_path(runtime, monkeypatch, limit):
     through the C paths (offload/accel_c, where it builds; limit 0: every copy made
     outside the table lock), the Python plain paths and the general path."""
     monkeypatch.setattr(_accel, "LIMIT", limit)
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     accelerated = _accelerated()
     fast = _scenario() + _scenario()           # the second run: the pool has blocks
     runtime(OFFLOAD_ACCEL=0)
@@ -140,7 +140,7 @@ def test_the_accelerator_takes_the_plain_cases_and_falls_back_for_the_rest(runti
     _scenario()
     python = dict(calls)
     calls.update(begin=0, end=0)
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     assert _accelerated()
     _scenario()
     _scenario()
@@ -154,12 +154,12 @@ def test_the_accelerator_builds_where_a_compiler_and_headers_are(runtime):
     cc = offload.config.read().cc
     if not os.path.exists(os.path.join(include, "Python.h")) or shutil.which(cc) is None:
         pytest.skip(f"no Python.h in {include} or no C compiler {cc!r}: the Python paths")
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     assert _accel.load() is not None and _accelerated()
 
 
 def test_a_table_lock_held_elsewhere_sends_the_call_to_python_which_waits(runtime):
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     a = np.arange(16, dtype=np.int32)
     dev = offload.runtime.current().device(0)
     offload.target_enter_data(offload.to(a), device=0)       # the pool gets a block
@@ -180,7 +180,7 @@ def test_a_table_lock_held_elsewhere_sends_the_call_to_python_which_waits(runtim
 def test_a_trimmed_pool_and_a_cleared_table_keep_working(runtime):
     """The accelerator holds the pool's dict and the table's structures: trimming and
     clearing change them in place."""
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     k = offload.compile_c(SRC)
     a = np.arange(32, dtype=np.int32)
     dev = offload.runtime.current().device(0)
@@ -389,7 +389,7 @@ def test_plain_in_c_answers_as_mapclause_plain(runtime):
     """The table's plain_of (MapClause.plain in C with the accelerator) over arrays of every
     layout and dtype kind and clauses of every type."""
     from offload.clauses import MapClause, MapType
-    runtime()
+    runtime(OFFLOAD_ACCEL=1)
     plain_of = offload.runtime.current().device(0).table.plain_of
     read_only = np.zeros(5)
     read_only.flags.writeable = False
@@ -485,3 +485,19 @@ def test_threads_mixing_whole_and_partial_mappings_on_two_devices(runtime, accel
             offload.target_exit_data(offload.delete(a[:64]), device=d)
     assert [len(rt.device(d).table) for d in range(2)] == [0, 0]
     assert [rt.device(d).generic.live_allocations() for d in range(2)] == live
+
+
+def test_a_compiled_core_with_another_entry_layout_is_refused(runtime, monkeypatch):
+    """An entry field the compiled core does not know (it would make entries without it)
+    fails loudly when a table starts, instead of every C-made entry silently lacking it."""
+    if _accel.load() is None:
+        pytest.skip("the accelerator does not build here (no compiler or Python headers)")
+    from offload import entries, mapping
+
+    class Wider(entries.HostDataToTarget):
+        __slots__ = ("extra",)
+    Wider.__slots__ = entries.HostDataToTarget.__slots__ + ("extra",)
+    monkeypatch.setattr(mapping, "HostDataToTarget", Wider)
+    runtime(OFFLOAD_ACCEL=1)
+    with pytest.raises(TypeError, match="disagree on the entry layout"):
+        offload.target_enter_data(offload.to(np.zeros(4)))

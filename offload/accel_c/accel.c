@@ -160,6 +160,19 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
       goto bad;
     }
   }
+  {                  /* the entry layout must be the one this core knows, slot for slot */
+    PyObject *slots = PyObject_GetAttrString(entry_type, "__slots__");
+    Py_ssize_t count = slots && PyTuple_Check(slots) ? PyTuple_GET_SIZE(slots) : -1;
+    Py_XDECREF(slots);
+    if (count != NSLOTS) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "HostDataToTarget has %zd slots where the compiled mapping core knows %d "
+                   "(%s ... %s): the two cores disagree on the entry layout",
+                   count, NSLOTS, slot_names[0], slot_names[NSLOTS - 1]);
+      goto bad;
+    }
+  }
   PyObject *given[NREFS] = {NULL};
   given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
   given[ENTRY_TYPE] = entry_type; given[KIND] = kind; given[NEW_LOCK] = new_lock;

@@ -225,7 +225,9 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
         !plain_copy(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
       goto slow;
   }
-  int big = last && n > a->limit;        /* copied back outside the locks, then released */
+  int big = last && n > a->limit;        /* released outside the locks */
+  if (big && back && (t & 2))
+    goto slow;        /* a copy back outside the lock: Python keeps the entry until done */
   if (last && !big) {
     long long limit, bytes, sz;
     if (!(dev_locked = hold_try(a, 0)))
@@ -255,13 +257,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
               PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
               PyDict_DelItem(by_start, po) < 0;
-    hold_give(a, 1);
-    if (!bad && back && (t & 2)) {
-      Py_BEGIN_ALLOW_THREADS
-      memcpy((void *)p, (const void *)tgt, (size_t)n);
-      Py_END_ALLOW_THREADS
-      bad = add_stat(a, s_from_unpinned, n) < 0;
-    }
+    hold_give(a, 1);                           /* nothing to copy back: free it */
     PyObject *err = NULL, *typ = NULL, *tb = NULL;
     if (bad)
       PyErr_Fetch(&typ, &err, &tb);

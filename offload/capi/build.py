@@ -32,9 +32,16 @@ import sys
 for _p in reversed(%r):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-from _offload_capi import ffi, lib
-from offload.capi import exports
-exports.bind(ffi, lib)
+try:
+    from _offload_capi import ffi, lib
+    from offload.capi import exports
+    exports.bind(ffi, lib)
+except BaseException as _exc:      # no export may then return cffi's silent 0
+    import os
+    sys.stderr.write("omptarget fatal error 1: offload's libomptarget could not start "
+                     "its Python side: %%s: %%s\\n" %% (type(_exc).__name__, _exc))
+    sys.stderr.flush()
+    os.abort()
 '''
 
 
@@ -49,12 +56,33 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# what the library's interpreter imports besides the standard library
+_DEPENDENCIES = ("cffi", "_cffi_backend", "pycparser", "numpy", "elftools")
+
+
 def _paths() -> list[str]:
-    """Where this process finds offload, cffi, numpy and pyelftools."""
-    out = [_package_root()]
-    for p in sys.path:
-        if p and os.path.isdir(p) and p not in out and not p.endswith(".zip"):
+    """The library interpreter's module search path: the standard library first, then
+    the directories this process finds offload and its dependencies in, and nothing
+    else (never the working directory or another sys.path entry: a module planted
+    there, say a json.py in the directory --libdir was run from, must not be imported
+    by every C program on the library)."""
+    import importlib.util
+    out = []
+    for p in (os.path.dirname(os.__file__), sysconfig.get_config_var("DESTSHARED") or ""):
+        if p and os.path.isdir(p) and p not in out:
             out.append(os.path.abspath(p))
+    wanted = [_package_root()]
+    for name in _DEPENDENCIES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        where = os.path.dirname(os.path.abspath(spec.origin))
+        if spec.submodule_search_locations is not None:      # a package: its parent
+            where = os.path.dirname(where)
+        wanted.append(where)
+    for p in wanted:
+        if p not in out:
+            out.append(p)
     return out
 
 

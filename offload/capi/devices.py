@@ -11,6 +11,7 @@ import weakref
 from typing import Any
 
 from .. import config, omp, runtime
+from ..errors import ErrorCode, OffloadError
 from ..runtime import current
 from .abi import ENTRY_INDIRECT
 from .images import Program, Registry, ffi, is_link
@@ -21,10 +22,12 @@ _init_lock = threading.Lock()
 _ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 OFFLOAD_SUCCESS, OFFLOAD_FAIL = 0, -1
 _disabled = False                              # OMP_TARGET_OFFLOAD=disabled (C programs)
+_mandatory = False                             # OMP_TARGET_OFFLOAD=mandatory (C programs)
 
 ffi.cdef("int omp_get_default_device(void);"
          "void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
-         "int32_t ndeps_noalias, void *noalias_deps);")
+         "int32_t ndeps_noalias, void *noalias_deps);"
+         "int32_t __kmpc_global_thread_num(void *loc);")
 try:
     #: libomp's functions, when it is loaded in this process (else None)
     libomp: Any = ffi.dlopen(None)
@@ -47,7 +50,7 @@ def ensure_runtime() -> Any:
     nvptx ones), and OMP_TARGET_OFFLOAD applied by the constructs, as LLVM 19 does (it
     keeps its devices when offloading is disabled: the device API still works on them).
     A Python program that loaded C code keeps its own runtime and settings."""
-    global _disabled
+    global _disabled, _mandatory
     rt = runtime._process.live
     if rt is not None and not rt.closing:
         return rt
@@ -60,6 +63,7 @@ def ensure_runtime() -> Any:
                 os.environ.setdefault("OFFLOAD_HOST_NUM_DEVICES", "4")
                 cfg = config.read()
                 _disabled = cfg.target_offload is config.TargetOffload.DISABLED
+                _mandatory = cfg.target_offload is config.TargetOffload.MANDATORY
                 rt = runtime.start(dataclasses.replace(
                     cfg, target_offload=config.TargetOffload.DEFAULT))
                 _record_from_environment(rt)
@@ -76,7 +80,8 @@ def _record_from_environment(rt: Any) -> None:
     LIBOMPTARGET_RR_SAVE_OUTPUT=1 also writes the memory after each kernel)."""
     if not _on("LIBOMPTARGET_RECORD"):
         return
-    size = int(os.environ.get("LIBOMPTARGET_RR_DEVMEM_SIZE", "64") or 64) << 30
+    raw = os.environ.get("LIBOMPTARGET_RR_DEVMEM_SIZE", "").strip()
+    size = (int(raw) if raw.isdigit() else 64) << 30      # LLVM ignores a bad value
     for n in range(rt.num_devices()):
         rt.manager.get_device(n).generic.start_record_replay(
             size, 0, True, _on("LIBOMPTARGET_RR_SAVE_OUTPUT"))
@@ -102,6 +107,11 @@ def device(dev: int, construct: bool = True) -> Any:
     if rt is None or rt.closing:
         rt = ensure_runtime()
     n = dev if dev >= 0 else device_number(dev)
+    if construct and _mandatory and rt._count == 0:
+        # LLVM 19's checkDeviceAndCtors: no device while offloading is mandatory
+        raise OffloadError(ErrorCode.INVALID_DEVICE, "No images found compatible with the "
+                           "installed hardware. (OMP_TARGET_OFFLOAD=mandatory, and no "
+                           "plugin found a device: offload-info says why)")
     if n >= rt._count or n < 0 or (construct and _disabled):
         if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
             return None

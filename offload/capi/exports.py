@@ -27,6 +27,7 @@ from .devices import (
     ensure_runtime,
     fatal,
     forget_program,
+    libomp,
     load_device,
     num_devices,
     registry,
@@ -56,20 +57,52 @@ _live_libs = 0                   # LLVM's runtime reference count: libraries and
 _lib: Any = None                 # the library's own C functions (OMPT)
 
 
-def _guard(default: Any, fn: Callable[..., Any], runtime_op: bool = True
-           ) -> Callable[..., Any]:
+#: exports made to fail (tests): OFFLOAD_CAPI_INJECT=name,name... or inject_failure()
+_inject: set[str] = {n for n in os.environ.get("OFFLOAD_CAPI_INJECT", "").split(",") if n}
+_start_failure: list[BaseException] = []      # the runtime's start-up failure, reported once
+
+
+def inject_failure(*names: str) -> None:
+    """Make the named exports raise on their next calls (for tests; none: stop)."""
+    _inject.clear()
+    _inject.update(names)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OffloadError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = True,
+           construct: bool = False) -> Callable[..., Any]:
     """Run an export's body as an offload operation (`runtime_op`; else, for
-    registration, without starting the runtime); an error becomes LLVM's message and
-    the failure value."""
+    registration, without starting the runtime). Whatever it raises becomes LLVM's
+    failure for it: one `omptarget error:` line, then the failure value, or for a
+    construct LLVM's fatal error (a construct fails while offloading is mandatory). A
+    runtime that cannot start is reported once and fails every call."""
     op = operation(fn) if runtime_op else fn
 
     def call(*args: Any) -> Any:
         try:
+            if _inject and name in _inject:
+                raise RuntimeError(f"failure injected into {name}")
             if runtime_op and runtime._process.live is None:
-                ensure_runtime()                 # started as the C program needs it
+                if _start_failure:
+                    raise _start_failure[0]
+                try:
+                    ensure_runtime()             # started as the C program needs it
+                except BaseException as exc:
+                    _start_failure.append(exc)
+                    sys.stderr.write(f"omptarget error: the offload runtime could not "
+                                     f"start: {_describe(exc)}\n")
+                    raise
             return op(*args)
-        except OffloadError as exc:
-            sys.stderr.write(f"omptarget error: {exc.message}\n")
+        except BaseException as exc:             # noqa: B036 - every failure is reported
+            if not (_start_failure and exc is _start_failure[0]):
+                sys.stderr.write(f"omptarget error: {_describe(exc)}\n")
+            if construct:
+                fatal("failure of target construct while offloading is mandatory")
             return default
     call.__name__ = fn.__name__
     return call
@@ -203,7 +236,8 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
     def ext(name: str, default: Any = None, runtime_op: bool = True
             ) -> Callable[[Callable[..., Any]], None]:
         def put(fn: Callable[..., Any]) -> None:
-            lib_ffi.def_extern(name=f"_offload_{name}")(_guard(default, fn, runtime_op))
+            lib_ffi.def_extern(name=f"_offload_{name}", onerror=_escaped)(
+                _guard(name, default, fn, runtime_op, name in CONSTRUCTS))
         return put
 
     def data(kind: str, legacy: bool, nowait: bool) -> Callable[..., None]:
@@ -280,14 +314,15 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         lambda p, dev: omp.omp_target_is_present(_p(p), device_number(dev)))
     ext("omp_target_memcpy", OFFLOAD_FAIL)(_memcpy)
     ext("omp_target_memcpy_async", OFFLOAD_FAIL)(
-        lambda d, s, n, do, so, dd, sd, cnt, lst: _memcpy(d, s, n, do, so, dd, sd))
+        lambda d, s, n, do, so, dd, sd, cnt, lst: _after(cnt, lst, _memcpy, d, s, n, do, so,
+                                                          dd, sd))
     ext("omp_target_memcpy_rect", OFFLOAD_FAIL)(_memcpy_rect)
     ext("omp_target_memcpy_rect_async", OFFLOAD_FAIL)(
         lambda d, s, es, nd, v, do, so, dd, sdim, ddev, sdev, cnt, lst:
-        _memcpy_rect(d, s, es, nd, v, do, so, dd, sdim, ddev, sdev))
+        _after(cnt, lst, _memcpy_rect, d, s, es, nd, v, do, so, dd, sdim, ddev, sdev))
     ext("omp_target_memset", ffi.NULL)(_memset)
     ext("omp_target_memset_async", ffi.NULL)(
-        lambda p, v, n, dev, cnt, lst: _memset(p, v, n, dev))
+        lambda p, v, n, dev, cnt, lst: _after(cnt, lst, _memset, p, v, n, dev))
     ext("omp_target_associate_ptr", OFFLOAD_FAIL)(
         lambda h, d, size, off, dev: omp.omp_target_associate_ptr(
             _p(h), _p(d), size, off, load_device(dev)))
@@ -317,6 +352,21 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
 
 
 
+#: the exports that are constructs: a failure is LLVM's fatal error
+CONSTRUCTS = frozenset(
+    [f"__tgt_target_data_{k}{v}" for k in ("begin", "end", "update")
+     for v in ("", "_nowait", "_mapper", "_nowait_mapper")]
+    + ["__tgt_target_kernel", "__tgt_target_kernel_nowait", "__tgt_target_kernel_replay"]
+    + [f"__tgt_target{t}{v}" for t in ("", "_teams")
+       for v in ("", "_nowait", "_mapper", "_nowait_mapper")])
+
+
+def _escaped(exc_type: Any, exc: BaseException, tb: Any) -> None:
+    """cffi's handler for an exception the guard itself let out: never a silent 0."""
+    sys.stderr.write(f"omptarget error: {_describe(exc)}\n")
+    fatal("an export of offload's libomptarget failed outside its guard")
+
+
 def _devices_so_far() -> int:
     """omp_get_num_devices(): as LLVM 19, none in a C program before its first image
     registers (libomp asks while OMPT connects), without starting the runtime for it."""
@@ -340,6 +390,30 @@ def _bind_alloc(fn: Callable[[int, int], int]) -> Callable[[int, int], Any]:
 
 def _bind_free(fn: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
     return lambda p, dev: _free(fn, p, dev)
+
+
+def _after(count: int, depobjs: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) once the async device API's depobj list is met, waited for through
+    libomp (LLVM 19 makes the call a task with these dependences; offload runs it when
+    they are met, before it returns): each omp_depend_t points at one kmp_depend_info_t."""
+    if count > 0 and depobjs != ffi.NULL:
+        _wait_depobjs(count, depobjs)
+    return fn(*args)
+
+
+def _wait_depobjs(count: int, depobjs: Any) -> None:
+    if libomp is None:
+        raise OffloadError(ErrorCode.UNSUPPORTED, f"{count} dependence object(s) given, but "
+                           f"libomp, which tracks them, is not loaded")
+    objs = ffi.cast("void **", depobjs)
+    infos = ffi.new("kmp_depend_info_t[]", count)
+    for i in range(count):
+        if objs[i] == ffi.NULL:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"dependence object {i} of {count} is NULL")
+        infos[i] = ffi.cast("kmp_depend_info_t *", objs[i])[0]
+    gtid = libomp.__kmpc_global_thread_num(ffi.NULL)
+    libomp.__kmpc_omp_wait_deps(ffi.NULL, gtid, count, infos, 0, ffi.NULL)
 
 
 def _memcpy(d: Any, s: Any, n: int, do: int, so: int, dd: int, sd: int) -> int:

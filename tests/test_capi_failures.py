@@ -1,0 +1,178 @@
+"""Issue 27: a C program on offload's libomptarget is never silently wrong. Every export
+either does its job or fails the way LLVM 19 fails: whatever its Python body raises
+becomes one `omptarget error:` line and LLVM's failure value, or for a construct LLVM's
+fatal error; a runtime that cannot start is reported once and fails every construct; a
+bad value LLVM accepts is accepted; the program's own signal dispositions are left alone.
+The C programs (tests/capi) run under both runtimes."""
+import ctypes
+import os
+
+import pytest
+
+from offload.capi import abi, build, exports
+from tests.test_capi import LLVM_LIB, WHY, built, ours, run  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
+
+# LLVM 19's value for a failed call of each export that returns an int (the rest: NULL
+# pointers; void exports only print)
+FAIL = -1
+ZERO = ("__tgt_mapper_num_components", "omp_get_num_devices", "omp_get_device_num",
+        "omp_get_initial_device", "omp_target_is_present", "omp_get_interop_int",
+        "__tgt_print_device_info", "__tgt_get_num_devices", "tgt_pause_resource")
+
+
+def _restype(ret):
+    return (None if ret == "void" else ctypes.c_void_p if ret.endswith("*")
+            else ctypes.c_int64 if ret in ("int64_t", "intptr_t") else ctypes.c_int)
+
+
+def test_every_export_fails_when_its_body_raises(runtime, ours, monkeypatch, capfd):  # noqa: F811
+    """An exception injected into each export in turn (not an OffloadError: any
+    exception) reaches the program as a failure: the failure value (never cffi's silent
+    0 for an int export whose success is 0), or for a construct LLVM's fatal error."""
+    runtime(OFFLOAD_HOST_NUM_DEVICES=2)
+    ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    assert lib.omp_get_num_devices() == 2            # bound, sharing this runtime
+    fatal = []
+    monkeypatch.setattr(exports, "fatal", fatal.append)
+    checked = []
+    try:
+        for name, decl in abi.EXPORTS.items():
+            if name in build._IN_C:
+                continue
+            ret, _, _, names = build._split(decl)
+            fn = getattr(lib, name)
+            fn.restype = _restype(ret)
+            fn.argtypes = [ctypes.c_uint64] * len(names)
+            exports.inject_failure(name)
+            capfd.readouterr()
+            got = fn(*[0] * len(names))
+            err = capfd.readouterr().err
+            assert f"omptarget error: RuntimeError: failure injected into {name}" in err, name
+            if name in exports.CONSTRUCTS:
+                assert fatal == ["failure of target construct while offloading is mandatory"], \
+                    name
+                fatal.clear()
+            elif ret.endswith("*"):
+                assert got is None, (name, got)
+            elif ret != "void":
+                assert got == (0 if name in ZERO else FAIL), (name, got)
+            assert not fatal, name
+            checked.append(name)
+    finally:
+        exports.inject_failure()
+    assert len(checked) == len(abi.EXPORTS) - len(build._IN_C)
+    assert lib.omp_get_num_devices() == 2            # the runtime still works
+
+
+@pytest.mark.parametrize("name", ["__tgt_target_kernel", "__tgt_target_data_begin_mapper",
+                                  "omp_target_memcpy", "omp_target_alloc"])
+def test_an_injected_failure_in_a_c_program_is_seen(built, ours, name):  # noqa: F811
+    """The same through a whole C program (OFFLOAD_CAPI_INJECT): a construct aborts with
+    LLVM's fatal error; a device-API call returns its failure value, which the program
+    prints (sigint_handler.c prints the copies' return codes)."""
+    exe = built["sigint_handler.c"]
+    _, clean, _ = run(exe, f"{ours}:{LLVM_LIB}")
+    rc, out, err = run(exe, f"{ours}:{LLVM_LIB}", OFFLOAD_CAPI_INJECT=name)
+    assert f"failure injected into {name}" in err
+    if name in exports.CONSTRUCTS:
+        assert rc != 0 and "omptarget fatal error 1: failure of target construct" in err
+    else:
+        assert rc == 0 and out != clean, out
+
+
+@pytest.mark.parametrize("how", ["handler", "ignore"])
+def test_the_programs_sigint_disposition_is_left_alone(built, ours, how):  # noqa: F811
+    """sigint_handler.c: its handler (or SIG_IGN) is still installed after the runtime
+    started, runs on raise(SIGINT), and every construct and copy after it does its work,
+    as under LLVM 19."""
+    exe = built["sigint_handler.c"]
+    args = () if how == "handler" else ("ignore",)
+    llvm = run(exe, LLVM_LIB, *args)
+    mine = run(exe, f"{ours}:{LLVM_LIB}", *args)
+    assert llvm[0] == 0 and "disposition kept: 1" in llvm[1]
+    assert mine[:2] == llvm[:2], mine[2]
+
+
+# variable=value -> whether LLVM 19 runs the program (else it aborts)
+LLVM_ACCEPTS = {"OMP_TARGET_OFFLOAD=bogus": True, "OMP_DEFAULT_DEVICE=abc": True,
+                "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS=bogus": True,
+                "LIBOMPTARGET_RR_DEVMEM_SIZE=abc": True, "LIBOMPTARGET_INFO=abc": False}
+
+
+@pytest.mark.parametrize("setting", sorted(LLVM_ACCEPTS))
+def test_a_bad_value_llvm_accepts_runs_and_one_it_aborts_on_fails(built, ours, setting):  # noqa: F811
+    """env_values.c: a value LLVM 19 accepts (libomp warns about OMP_* itself) runs the
+    region as LLVM does; LIBOMPTARGET_INFO=abc, which aborts LLVM, fails the construct
+    (never a region skipped with exit status 0)."""
+    var, value = setting.split("=")
+    exe = built["env_values.c"]
+    llvm = run(exe, LLVM_LIB, **{var: value})
+    mine = run(exe, f"{ours}:{LLVM_LIB}", **{var: value})
+    if LLVM_ACCEPTS[setting]:
+        assert llvm[:2] == (0, "11 12 13 14\n")
+        assert mine[:2] == llvm[:2], mine[2]
+    else:
+        assert llvm[0] != 0 and mine[0] != 0 and "11 12" not in mine[1]
+        assert f"{var}={value!r}" in mine[2] and "fatal error" in mine[2]
+
+
+@pytest.mark.parametrize("setting", ["OFFLOAD_HOST_NUM_DEVICES=abc", "OFFLOAD_ACCEL=7",
+                                     "OFFLOAD_HOST_ASYNC=maybe"])
+def test_a_bad_offload_variable_is_reported_once_and_fails_the_construct(built, ours,  # noqa: F811
+                                                                         setting):
+    var, value = setting.split("=")
+    rc, out, err = run(built["env_values.c"], f"{ours}:{LLVM_LIB}", **{var: value})
+    assert rc != 0 and out == "", out
+    assert err.count("could not start") == 1 and var in err
+    assert "omptarget fatal error 1: failure of target construct" in err
+
+
+def test_mandatory_offload_with_no_device_fails_the_construct(built, ours):  # noqa: F811
+    """OMP_TARGET_OFFLOAD=mandatory and no plugin with a device (OFFLOAD_PLUGINS=cuda on a
+    machine without one): LLVM 19's checkDeviceAndCtors fails the construct with "No
+    images found compatible with the installed hardware"; it never runs on the host.
+    Without mandatory the region falls back to the host, as LLVM's does."""
+    exe = built["env_values.c"]
+    rc, out, err = run(exe, f"{ours}:{LLVM_LIB}", OMP_TARGET_OFFLOAD="mandatory",
+                       OFFLOAD_PLUGINS="cuda", OFFLOAD_CUDA_LIBRARY="libcuda-absent.so")
+    assert rc != 0 and out == "", out
+    assert "No images found compatible with the installed hardware" in err
+    assert "omptarget fatal error 1: failure of target construct" in err
+    rc, out, err = run(exe, f"{ours}:{LLVM_LIB}", OFFLOAD_PLUGINS="cuda",
+                       OFFLOAD_CUDA_LIBRARY="libcuda-absent.so")
+    assert (rc, out) == (0, "11 12 13 14\n"), err
+
+
+def test_the_library_never_imports_from_the_directory_it_was_built_in(built, tmp_path):  # noqa: F811
+    """`python -m offload.capi --libdir` run in a directory holding a json.py: the library
+    records only the standard library's, offload's and its dependencies' directories, so
+    a C program on it never imports that file; the library is the same one whatever the
+    directory it was asked for in."""
+    import subprocess
+    import sys
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "imported"
+    (planted / "json.py").write_text(      # harmless to the builder (python -m imports it)
+        "import sys\n"
+        f"if getattr(sys, '_offload_capi_owns_python', False): open({str(marker)!r}, 'w')\n"
+        "from _json import *  # noqa\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["OFFLOAD_CACHE_DIR"] = str(tmp_path / "cache")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root                       # offload from this tree, as the suite
+    libs = [subprocess.run([sys.executable, "-m", "offload.capi", "--libdir"], cwd=str(where),
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+            for where in (planted, other)]
+    assert libs[0] == libs[1], libs
+    rc, out, err = run(built["env_values.c"], f"{libs[0]}:{LLVM_LIB}", cwd=str(planted),
+                       PYTHONPATH=str(planted))
+    assert (rc, out) == (0, "11 12 13 14\n"), err
+    assert not marker.exists(), "the planted json.py was imported"
+    with open(os.path.join(libs[0], abi.SONAME), "rb") as f:
+        assert str(planted).encode() not in f.read()
