@@ -140,33 +140,33 @@ class target_data:
         self._device = device
         self._use = [*_array_list(use_device_ptr, "use_device_ptr"),
                      *_array_list(use_device_addr, "use_device_addr")]
-        self._addresses: list[tuple[Any, int]] = []
-        self._items: list[MapItem] = []
-        self._dev: Device | None = None
-        self._rt: Runtime | None = None
+        # thread -> its entries of this object not yet exited, innermost last: an object
+        # entered again (`with td: with td:`, or from another thread) acts as a nested
+        # construct, each exit ending its own entry
+        self._open: dict[int, list[_DataEntry]] = {}
 
     @operation
     def __enter__(self) -> target_data:
-        self._rt = _current()
-        self._dev = self._rt.construct_device(self._device)
-        if self._dev is not None:
+        rt = _current()
+        dev = rt.construct_device(self._device)
+        items: list[MapItem] = []
+        if dev is not None:
             items = map_items(self._maps, MapType.TO | MapType.FROM, "target_data")
-            self._dev.table.target_data_begin(items)
-            self._items = items
-            self._dev.table.dump_if_asked()
-        self._addresses = [(a, self._device_address(a)) for a in self._use]
+            dev.table.target_data_begin(items)
+        entry = _DataEntry(rt, dev, items)
+        self._open.setdefault(threading.get_ident(), []).append(entry)
+        if dev is not None:
+            dev.table.dump_if_asked()
+        entry.addresses = [(a, _device_address(dev, a)) for a in self._use]
         return self
-
-    def _device_address(self, a: Any) -> int:
-        p, _ = span(as_array(a, "use_device_ptr"))
-        if self._dev is None:
-            return p
-        e = self._dev.table.lookup(p, 1)
-        return p if e is None else e.tgt_begin + (p - e.hst_begin)
 
     def __getitem__(self, a: Any) -> int:
         """The device address of `a`, listed in use_device_ptr / use_device_addr."""
-        for x, addr in self._addresses:
+        stack = self._open.get(threading.get_ident())
+        if not stack:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT, "target_data: d[a] is the device "
+                               "address inside `with target_data(...) as d:` only")
+        for x, addr in stack[-1].addresses:
             if x is a:
                 return addr
         raise KeyError(f"{type(a).__name__} is not listed in this target_data's "
@@ -174,14 +174,40 @@ class target_data:
 
     @operation
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._rt is not None and self._rt.is_shut:
+        me = threading.get_ident()
+        stack = self._open.get(me)
+        if not stack:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               "target_data: exited more often than entered")
+        entry = stack.pop()
+        if not stack:
+            del self._open[me]
+        if entry.rt.is_shut:
             return                        # shut down meanwhile: its mappings went with it
-        if self._dev is not None and self._items:
-            items, self._items = self._items, []
-            for it in items:            # clang drops `present` from the end of a data region
+        if entry.dev is not None and entry.items:
+            for it in entry.items:      # clang drops `present` from the end of a data region
                 it.type &= ~MapType.PRESENT
-            self._dev.table.target_data_end(items, copy_back=exc_type is None)
-            self._dev.table.dump_if_asked()
+            entry.dev.table.target_data_end(entry.items, copy_back=exc_type is None)
+            entry.dev.table.dump_if_asked()
+
+
+class _DataEntry:
+    """One entry of a target_data object: its runtime, device, mapped items and the
+    use_device_ptr addresses it gave."""
+
+    __slots__ = ("rt", "dev", "items", "addresses")
+
+    def __init__(self, rt: Runtime, dev: Device | None, items: list[MapItem]):
+        self.rt, self.dev, self.items = rt, dev, items
+        self.addresses: list[tuple[Any, int]] = []
+
+
+def _device_address(dev: Device | None, a: Any) -> int:
+    p, _ = span(as_array(a, "use_device_ptr"))
+    if dev is None:
+        return p
+    e = dev.table.lookup(p, 1)
+    return p if e is None else e.tgt_begin + (p - e.hst_begin)
 
 
 def _array_list(seq: Any, what: str) -> list[Any]:

@@ -48,6 +48,16 @@ def _pending(e: HostDataToTarget) -> threading.Lock | None:
     return ready if ready is not None and ready.locked() else None
 
 
+_here = threading.local()     # .ids: id() of the entries this thread is making or holding
+
+
+def _mine() -> set[int]:
+    ids = getattr(_here, "ids", None)
+    if ids is None:
+        ids = _here.ids = set()
+    return ids
+
+
 def _held_lock() -> threading.Lock:
     lock = threading.Lock()
     lock.acquire()
@@ -319,6 +329,7 @@ class MappingTable:
                         e.dyn = 1
                     lock = e.ready = threading.Lock()
                     lock.acquire()
+                    _mine().add(id(e))
                     self._insert(e)
                     new = True
                     if t & _MEMBER:               # no struct mapping: it counts as its own
@@ -375,6 +386,7 @@ class MappingTable:
         except BaseException:
             self._abandon(e)
             raise
+        _mine().discard(id(e))
         ready.release()
         return tgt
 
@@ -393,6 +405,7 @@ class MappingTable:
             self._release(e)
         finally:
             assert e.ready is not None
+            _mine().discard(id(e))
             e.ready.release()
 
     # ---- one plain clause (the common construct), in fewer steps ------------------------
@@ -675,6 +688,7 @@ class MappingTable:
         if n == 0:
             e.ready = _held_lock()
         self._holders[id(e)] = n + 1
+        _mine().add(id(e))
 
     def _leave(self, e: HostDataToTarget, free: bool = True) -> None:
         """One thread's last copy back of `e` is done (LLVM's postProcessingTargetDataEnd,
@@ -682,6 +696,7 @@ class MappingTable:
         reference takes it out, unless it was mapped again meanwhile (its memory freed
         unless `free` is False: copies may still be reading it); then those waiting look
         again."""
+        _mine().discard(id(e))
         with self._lock:
             leaving = None
             n = self._holders.pop(id(e)) - 1
@@ -851,12 +866,14 @@ class MappingTable:
 
     @staticmethod
     def _made(entries: Sequence[HostDataToTarget]) -> bool:
-        """Wait until no entry of `entries` is still being made by another thread (its
-        device memory allocated and first filled); False when one never came to be."""
+        """Wait until no entry of `entries` is still being made or copied back by another
+        thread; False when one never came to be (or went). An entry this thread is making
+        or copying back (a tool's callback asking about it) counts as there."""
         ok = True
+        mine = _mine()
         for e in entries:
             made = e.ready
-            if made is not None and made.locked():
+            if made is not None and made.locked() and id(e) not in mine:
                 with made:
                     pass
                 ok = ok and not e.failed

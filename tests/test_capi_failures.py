@@ -176,3 +176,43 @@ def test_the_library_never_imports_from_the_directory_it_was_built_in(built, tmp
     assert not marker.exists(), "the planted json.py was imported"
     with open(os.path.join(libs[0], abi.SONAME), "rb") as f:
         assert str(planted).encode() not in f.read()
+
+
+def test_an_ompt_tool_may_ask_the_runtime_from_its_callbacks(tmp_path, ours):  # noqa: F811
+    """ompt_present_callback_beyond_llvm.c.in: a data-op callback calls
+    omp_target_is_present on the data being mapped, copied and unmapped. LLVM 19
+    deadlocks there; offload makes no callback that waits on itself, and the program
+    finishes with the region's result."""
+    from tests.test_capi import run_on_ours
+    rc, out, err = run_on_ours(tmp_path, ours, "ompt_present_callback_beyond_llvm.c.in")
+    assert (rc, out) == (0, "a[255]=256, callbacks that asked: some\n"), err
+
+
+def test_recording_never_follows_a_planted_symlink(built, ours, tmp_path):  # noqa: F811
+    """LIBOMPTARGET_RECORD=1 in a directory where each file a launch records is a symlink
+    to a file of someone else's: the recording replaces the links, the files they point
+    at are untouched."""
+    import shutil as sh
+    first, planted = tmp_path / "first", tmp_path / "planted"
+    first.mkdir()
+    planted.mkdir()
+    env = dict(LIBOMPTARGET_RECORD="1", LIBOMPTARGET_RR_SAVE_OUTPUT="1",
+               LIBOMPTARGET_RR_DEVMEM_SIZE="1")
+    for where in (first, planted):
+        sh.copy(built["env_values.c"], where / "prog")
+    rc, _, err = run(str(first / "prog"), f"{ours}:{LLVM_LIB}", **env)
+    assert rc == 0, err
+    names = sorted(p for p in os.listdir(first) if p != "prog")
+    assert any(n.endswith(".json") for n in names), names
+    victims = []
+    for n in names:
+        victim = tmp_path / f"victim-{n}"
+        victim.write_text("not yours")
+        os.symlink(victim, planted / n)
+        victims.append(victim)
+    rc, out, err = run(str(planted / "prog"), f"{ours}:{LLVM_LIB}", **env)
+    assert (rc, out) == (0, "11 12 13 14\n"), err
+    assert all(v.read_text() == "not yours" for v in victims)
+    for n in names:
+        assert not os.path.islink(planted / n) and os.path.isfile(planted / n), n
+    assert sorted(p for p in os.listdir(planted) if p != "prog") == names   # no temporaries

@@ -7,13 +7,37 @@ before it), and with save-output `<kernel>.original.output` after it; while repl
 `<kernel>.replay.output` after it. Files go to the current directory, as LLVM's."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 
+from ..errors import ErrorCode, OffloadError
 from ._libc import _ffi
 
 _ALIGN = 16
+
+
+def _write_file(path: str, data: bytes | bytearray) -> None:
+    """`data` as the file `path` (in the current directory): written into a new file made
+    with O_EXCL | O_NOFOLLOW beside it, then renamed over `path`, so a symlink planted
+    under that name is replaced, never followed (its target is left as it was)."""
+    name = os.path.basename(path)
+    if not name or name != path or name.startswith("."):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"recording: {path!r} is not a file name for the current directory")
+    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class Arena:
@@ -49,16 +73,14 @@ class Arena:
         if n:
             buf = _ffi.from_buffer(data)
             self._retrieve(int(_ffi.cast("uintptr_t", buf)), self.start, n)
-        with open(path, "wb") as f:
-            f.write(data)
+        _write_file(path, data)
 
     def before_launch(self, name: str, image: bytes | None) -> None:
         """While recording: the image and the memory the launch starts from."""
         if not self.recording:
             return
         if image is not None:
-            with open(f"{name}.image", "wb") as f:
-                f.write(image)
+            _write_file(f"{name}.image", image)
         self.snapshot(f"{name}.memory")
 
     def after_launch(self, name: str, args: Sequence[int], blocks: int, threads: int,
@@ -69,13 +91,13 @@ class Arena:
         allocated, such as a launch environment made once per process, is left out, so a
         recording and its replay compare)."""
         if self.recording:
-            with open(f"{name}.json", "w") as f:
-                json.dump({"Name": name, "NumArgs": len(args), "NumTeamsClause": blocks,
-                           "ThreadLimitClause": threads, "LoopTripCount": tripcount,
-                           "DeviceMemorySize": used_before, "DeviceId": self.device_id,
-                           "BumpAllocVAStart": self.start,
-                           "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
-                           "ArgOffsets": [0] * len(args)}, f)
+            desc = {"Name": name, "NumArgs": len(args), "NumTeamsClause": blocks,
+                    "ThreadLimitClause": threads, "LoopTripCount": tripcount,
+                    "DeviceMemorySize": used_before, "DeviceId": self.device_id,
+                    "BumpAllocVAStart": self.start,
+                    "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
+                    "ArgOffsets": [0] * len(args)}
+            _write_file(f"{name}.json", json.dumps(desc).encode())
         if self.save_output:
             self.snapshot(f"{name}.original.output" if self.recording
                           else f"{name}.replay.output", used_before)
