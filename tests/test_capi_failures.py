@@ -216,3 +216,34 @@ def test_recording_never_follows_a_planted_symlink(built, ours, tmp_path):  # no
     for n in names:
         assert not os.path.islink(planted / n) and os.path.isfile(planted / n), n
     assert sorted(p for p in os.listdir(planted) if p != "prog") == names   # no temporaries
+
+
+def test_a_child_forked_while_threads_offload_can_offload(tmp_path, ours):  # noqa: F811
+    """fork_threads_beyond_llvm.c.in: 20 forks, each while three threads run target
+    regions; every child runs a region of its own and the parent one after. The library
+    takes the interpreter's lock around fork() (pthread_atfork) and the child starts with
+    an empty runtime; LLVM 19 hangs in some children."""
+    from tests.test_capi import run_on_ours
+    rc, out, err = run_on_ours(tmp_path, ours, "fork_threads_beyond_llvm.c.in")
+    assert (rc, out) == (0, "children that could not offload: 0 of 20; parent after: 2\n"), err
+
+
+def test_a_lock_past_the_memlock_limit_on_the_host_returns_the_pointer(built, ours):  # noqa: F811
+    """lock_beyond_rlimit.c under RLIMIT_MEMLOCK = 8 MiB (and, for root, without
+    CAP_IPC_LOCK, which ignores the limit): LLVM 19's host plugin returns the pointer of a
+    16 MiB buffer; offload returns it too, unpinned, with one warning, and the region and
+    the unlock work on it."""
+    import shutil as sh
+    wrap = ["prlimit", "--memlock=8388608"]
+    if os.geteuid() == 0:
+        wrap = ["setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", *wrap]
+    if any(sh.which(w) is None for w in ("prlimit", wrap[0])):
+        pytest.skip(f"{wrap[0]} or prlimit (util-linux) not installed")
+    exe = built["lock_beyond_rlimit.c"]
+    where = os.path.dirname(exe)
+    llvm = run(sh.which(wrap[0]), LLVM_LIB, *wrap[1:], exe, cwd=where)
+    mine = run(sh.which(wrap[0]), f"{ours}:{LLVM_LIB}", *wrap[1:], exe, cwd=where)
+    assert llvm[:2] == (0, "lock returned the pointer: 1, a[N-1]=4194304\n"), llvm
+    assert mine[:2] == llvm[:2], mine[2]
+    assert mine[2].count("omptarget warning: llvm_omp_target_lock_mem") == 1, mine[2]
+    assert "unpinned" in mine[2] and "error" not in mine[2]

@@ -94,7 +94,26 @@ _PREAMBLE = r"""
 #include <stdint.h>
 #include <stddef.h>
 #include <stdbool.h>
+#include <pthread.h>
 static const char *const offload_paths[] = { %s NULL };
+
+/* fork() in a C program while other threads run in the library's interpreter: the forking
+   thread takes the GIL first (no other thread holds it, or the interpreter's own locks,
+   at the fork), and the child gives the interpreter its after-fork treatment (the
+   runtime's hooks: the child starts with an empty runtime), as os.fork does. */
+static PyGILState_STATE offload_fork_gil;
+static void offload_before_fork(void) {
+    offload_fork_gil = PyGILState_Ensure();
+    PyOS_BeforeFork();
+}
+static void offload_after_fork_parent(void) {
+    PyOS_AfterFork_Parent();
+    PyGILState_Release(offload_fork_gil);
+}
+static void offload_after_fork_child(void) {
+    PyOS_AfterFork_Child();
+    PyGILState_Release(offload_fork_gil);
+}
 
 __attribute__((constructor)) static void offload_start_python(void) {
     if (Py_IsInitialized()) {         /* loaded into a Python program: use its interpreter */
@@ -125,6 +144,7 @@ __attribute__((constructor)) static void offload_start_python(void) {
         return;                       /* cffi reports it at the first call */
     /* tell the exports the interpreter is the library's own (a C program) */
     PyRun_SimpleString("import sys; sys._offload_capi_owns_python = True");
+    pthread_atfork(offload_before_fork, offload_after_fork_parent, offload_after_fork_child);
     PyEval_SaveThread();              /* let any thread take the GIL */
 }
 """

@@ -36,6 +36,22 @@ except (AttributeError, OSError):
     libomp = None
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (the library's pthread_atfork, or os.fork): the locks another thread
+    may have held at the fork are made anew, and no device of the child's new runtime has
+    loaded the programs' images yet; the programs stay registered."""
+    global _init_lock
+    from . import maps
+    _init_lock = threading.Lock()
+    maps._mapper_lock = threading.Lock()
+    registry.lock = threading.RLock()
+    _loaded.clear()
+    _ready.clear()
+
+
+runtime.at_fork_in_child(_after_fork_in_child)
+
+
 def forget_program(prog: Program) -> None:
     """An unregistered program: no device counts it as loaded any more."""
     with _init_lock:

@@ -328,10 +328,8 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
             _p(h), _p(d), size, off, load_device(dev)))
     ext("omp_target_disassociate_ptr", OFFLOAD_FAIL)(
         lambda h, dev: omp.omp_target_disassociate_ptr(_p(h), load_device(dev)))
-    ext("llvm_omp_target_lock_mem", ffi.NULL)(
-        lambda p, size, dev: _ptr(omp.llvm_omp_target_lock_mem(_p(p), size, load_device(dev))))
-    ext("llvm_omp_target_unlock_mem")(
-        lambda p, dev: omp.llvm_omp_target_unlock_mem(_p(p), load_device(dev)))
+    ext("llvm_omp_target_lock_mem", ffi.NULL)(_lock_mem)
+    ext("llvm_omp_target_unlock_mem")(_unlock_mem)
     ext("llvm_omp_target_dynamic_shared_alloc", ffi.NULL)(lambda: ffi.NULL)
     ext("ompx_dump_mapping_tables")(omp_async.ompx_dump_mapping_tables)
 
@@ -414,6 +412,43 @@ def _wait_depobjs(count: int, depobjs: Any) -> None:
         infos[i] = ffi.cast("kmp_depend_info_t *", objs[i])[0]
     gtid = libomp.__kmpc_global_thread_num(ffi.NULL)
     libomp.__kmpc_omp_wait_deps(ffi.NULL, gtid, count, infos, 0, ffi.NULL)
+
+
+# (device, pointer) -> how many locks of that host-device buffer were given back unpinned
+_unpinned: dict[tuple[int, int], int] = {}
+
+
+def _lock_mem(p: Any, size: int, dev: int) -> Any:
+    """llvm_omp_target_lock_mem. On a host device a buffer the process may not pin (past
+    RLIMIT_MEMLOCK) is used unpinned, its pointer returned with one warning, as LLVM 19's
+    host plugin (whose lock pins nothing) returns it; its unlock is then a no-op. The
+    Python API keeps the error (docs/semantics.md, "Pinned memory")."""
+    n, host = load_device(dev), _p(p)
+    d = device(n, construct=False) if 0 <= n < num_devices() else None
+    if d is None or d.plugin.name != "host" or size <= 0:
+        return _ptr(omp.llvm_omp_target_lock_mem(host, size, n))
+    try:
+        return _ptr(d.lock(host, int(size)))
+    except OffloadError as exc:
+        if exc.code is not ErrorCode.OUT_OF_RESOURCES:
+            raise
+        if not _unpinned:
+            sys.stderr.write(f"omptarget warning: llvm_omp_target_lock_mem: {exc.message}; "
+                             f"host device {n} uses the memory unpinned, as LLVM 19's host "
+                             f"plugin does\n")
+        _unpinned[(n, host)] = _unpinned.get((n, host), 0) + 1
+        return p
+
+
+def _unlock_mem(p: Any, dev: int) -> None:
+    n, host = load_device(dev), _p(p)
+    left = _unpinned.get((n, host))
+    if left is None:
+        omp.llvm_omp_target_unlock_mem(host, n)
+    elif left > 1:
+        _unpinned[(n, host)] = left - 1
+    else:
+        del _unpinned[(n, host)]
 
 
 def _memcpy(d: Any, s: Any, n: int, do: int, so: int, dd: int, sd: int) -> int:

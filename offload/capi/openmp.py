@@ -17,6 +17,7 @@ import cffi
 import numpy as np
 
 from .. import config as _config
+from .. import runtime
 from ..compiler import cache_directory, compiler_identity
 from ..errors import ErrorCode, OffloadError
 from ..image import c_prototypes
@@ -28,6 +29,14 @@ from .build import libdir
 __all__ = ["OpenMPModule", "compile_openmp"]
 
 _loaded_lock = threading.Lock()
+
+
+def _new_loaded_lock() -> None:
+    global _loaded_lock
+    _loaded_lock = threading.Lock()     # a forked child: another thread may have held it
+
+
+runtime.at_fork_in_child(_new_loaded_lock)
 _runtime_loaded: list[str] = []
 
 
