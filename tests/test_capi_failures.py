@@ -247,3 +247,41 @@ def test_a_lock_past_the_memlock_limit_on_the_host_returns_the_pointer(built, ou
     assert mine[:2] == llvm[:2], mine[2]
     assert mine[2].count("omptarget warning: llvm_omp_target_lock_mem") == 1, mine[2]
     assert "unpinned" in mine[2] and "error" not in mine[2]
+
+
+BAD_DESCRIPTIONS = {
+    "not json": ("{", "not JSON"),
+    "a list": ("[]", "expected a JSON object"),
+    "no name": ('{"NumArgs": 0}', "missing Name"),
+    "too many args": (None, "NumArgs=70000 is not an integer"),
+    "args not matching": (None, "ArgPtrs must be a list of NumArgs=3"),
+    "a path for a name": (None, "Name='../x' is not a kernel name"),
+    "a float geometry": (None, "NumTeamsClause=1.5 is not an integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DESCRIPTIONS))
+def test_the_replayer_refuses_a_malformed_recording_clearly(tmp_path, case):
+    """python -m offload.capi.replay validates every field of a description: one error
+    line naming the field and the value, exit status 2, no traceback, nothing run."""
+    import json
+    import subprocess
+    import sys
+    text, message = BAD_DESCRIPTIONS[case]
+    if text is None:
+        good = {"Name": "k", "NumArgs": 1, "NumTeamsClause": 1, "ThreadLimitClause": 1,
+                "LoopTripCount": 0, "DeviceMemorySize": 0, "DeviceId": 0,
+                "BumpAllocVAStart": 4096, "ArgPtrs": [4096], "ArgOffsets": [0]}
+        good.update({"too many args": {"NumArgs": 70000},
+                     "args not matching": {"NumArgs": 3},
+                     "a path for a name": {"Name": "../x"},
+                     "a float geometry": {"NumTeamsClause": 1.5}}[case])
+        text = json.dumps(good)
+    path = tmp_path / "k.json"
+    path.write_text(text)
+    res = subprocess.run([sys.executable, "-m", "offload.capi.replay", str(path)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OFFLOAD_PLUGINS": "host"})
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1

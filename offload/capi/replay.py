@@ -41,18 +41,69 @@ def _device_for(kind: str | None, local_id: int) -> int:
     raise SystemExit(f"no device {local_id} for {kind or 'this'} image")
 
 
+class BadRecording(Exception):
+    """A recording that cannot be replayed: the message names the file, field and value."""
+
+
+# field -> (lowest, highest) of the integers a description holds
+_INTS = {"NumArgs": (0, 1 << 16), "NumTeamsClause": (0, 2**31 - 1),
+         "ThreadLimitClause": (0, 2**31 - 1), "LoopTripCount": (0, 2**64 - 1),
+         "DeviceMemorySize": (0, 2**63 - 1), "DeviceId": (0, 2**31 - 1),
+         "BumpAllocVAStart": (0, 2**64 - 1)}
+
+
+def description(path: str) -> dict:
+    """The launch `path` describes, every field checked (LLVM 19's names): a JSON object
+    whose Name is a kernel name, integers in range, and ArgPtrs / ArgOffsets lists of
+    NumArgs integers. BadRecording otherwise."""
+    try:
+        with open(path) as f:
+            desc = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise BadRecording(f"{path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise BadRecording(f"{path}: {exc.strerror}") from None
+    if not isinstance(desc, dict):
+        raise BadRecording(f"{path}: expected a JSON object, got {type(desc).__name__}")
+    missing = [k for k in ("Name", "ArgPtrs", "ArgOffsets", *_INTS) if k not in desc]
+    if missing:
+        raise BadRecording(f"{path}: missing {', '.join(missing)}")
+    name = desc["Name"]
+    if not isinstance(name, str) or not name or "/" in name or name.startswith(".") \
+            or "\0" in name:
+        raise BadRecording(f"{path}: Name={name!r} is not a kernel name")
+    for key, (lo, hi) in _INTS.items():
+        v = desc[key]
+        if type(v) is not int or not lo <= v <= hi:
+            raise BadRecording(f"{path}: {key}={v!r} is not an integer in [{lo}, {hi}]")
+    n = desc["NumArgs"]
+    for key, lo, hi in (("ArgPtrs", -(2**63), 2**64 - 1), ("ArgOffsets", -(2**63), 2**63 - 1)):
+        v = desc[key]
+        if not isinstance(v, list) or len(v) != n or \
+                any(type(x) is not int or not lo <= x <= hi for x in v):
+            raise BadRecording(f"{path}: {key} must be a list of NumArgs={n} integers in "
+                               f"[{lo}, {hi}], got {str(v)[:80]}")
+    return desc
+
+
 def replay(path: str, verify: bool = False, device: int | None = None) -> bool | None:
     """Replay the kernel `path` describes; with `verify`, whether its memory after the
-    replay equals the recorded run's (None without it)."""
-    with open(path) as f:
-        desc = json.load(f)
+    replay equals the recorded run's (None without it). BadRecording for a description
+    or file that cannot be replayed."""
+    desc = description(path)
     where = os.path.dirname(os.path.abspath(path))
     name = desc["Name"]
     stem = os.path.join(where, name)
-    with open(stem + ".image", "rb") as f:
-        image = f.read()
-    with open(stem + ".memory", "rb") as f:
-        memory = f.read()
+    try:
+        with open(stem + ".image", "rb") as f:
+            image = f.read()
+        with open(stem + ".memory", "rb") as f:
+            memory = f.read()
+    except OSError as exc:
+        raise BadRecording(f"{exc.filename}: {exc.strerror}") from None
+    if len(memory) < desc["DeviceMemorySize"]:
+        raise BadRecording(f"{stem}.memory holds {len(memory)} bytes, fewer than "
+                           f"DeviceMemorySize={desc['DeviceMemorySize']}")
     ffi = cffi.FFI()
     ffi.cdef(TYPES + _EXPORTS)
     ctypes.CDLL(os.path.join(libdir(), SONAME), mode=ctypes.RTLD_GLOBAL)
@@ -107,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare the memory after the replay with the recorded output")
     parser.add_argument("--device", type=int, help="the device number (default: recorded)")
     a = parser.parse_args(argv)
-    ok = replay(a.kernel, a.verify, a.device)
+    try:
+        ok = replay(a.kernel, a.verify, a.device)
+    except BadRecording as exc:
+        print(f"python -m offload.capi.replay: error: {exc}", file=sys.stderr)
+        return 2
     if ok is not None:
         print("replay device memory " + ("verified" if ok else "failed to verify"))
     return 0 if ok is not False else 1
