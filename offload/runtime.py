@@ -55,7 +55,8 @@ class Handle:
         try:
             return self._future.result()
         finally:
-            self._owner.forget(self)
+            if self._future.done():     # interrupted (Ctrl-C): still the thread's work
+                self._owner.forget(self)
 
     def done(self) -> bool:
         """Whether the work has finished (successfully or not)."""
@@ -150,6 +151,8 @@ class NowaitPool:
                 try:
                     h.wait()
                 except BaseException as exc:   # noqa: BLE001 - re-raised below
+                    if not h.done():
+                        raise                  # interrupted: a later wait waits for it
                     first = first or exc
         if first is not None and errors:
             raise first
