@@ -23,6 +23,7 @@ from .runtime import (
     check_depend,
     operation,
     queue_after,
+    resource_operation,
     stream_queue,
     wait_depend,
 )
@@ -145,7 +146,7 @@ class target_data:
         # construct, each exit ending its own entry
         self._open: dict[int, list[_DataEntry]] = {}
 
-    @operation
+    @resource_operation(lambda td: td.__exit__(KeyboardInterrupt, None, None))
     def __enter__(self) -> target_data:
         rt = _current()
         dev = rt.construct_device(self._device)
@@ -557,7 +558,7 @@ class Pinned:
                 f"device {self.device}, {state}>")
 
 
-@operation
+@resource_operation(lambda pin: pin.unlock())
 def lock(a: Any, device: int | None = None) -> Pinned:
     """Pin an array's memory for a device (`llvm_omp_target_lock_mem`, reference counted).
 

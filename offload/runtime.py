@@ -452,6 +452,34 @@ def operation(fn: F) -> F:
     return _operation_py(fn)
 
 
+def resource_operation(undo: Callable[[Any], None]) -> Callable[[F], F]:
+    """`operation` for a call that hands back a resource (a pin, an entered data region):
+    a Ctrl-C delivered as it returns, its work done, gives the resource back (`undo` of
+    what it returned) before the KeyboardInterrupt propagates, so the runtime never holds
+    what no caller got (with locked(a): pinned, and no __exit__ to unpin)."""
+    def wrap(fn: F) -> F:
+        got = threading.local()
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            r = fn(*args, **kwargs)
+            got.result, got.done = r, True
+            return r
+        op = operation(functools.update_wrapper(recording, fn))
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            got.done = False
+            try:
+                return op(*args, **kwargs)
+            except KeyboardInterrupt:
+                if getattr(got, "done", False):
+                    r, got.result, got.done = got.result, None, False
+                    undo(r)
+                raise
+        return wrapper  # type: ignore[return-value]
+    return wrap
+
+
 def _operation_py(fn: F) -> F:
     """`operation` in Python."""
     @functools.wraps(fn)
