@@ -75,6 +75,10 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     if not isinstance(kernel, Kernel):
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"target: expected a kernel (image.name), got {type(kernel).__name__}")
+    if type(map) is not list and type(map) is not tuple:
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"target: map: expected a list of map clauses, got "
+                           f"{type(map).__name__}; write map=[tofrom(a)]")
     rt = _current()
     deps = check_depend(depend, "target: depend") if depend else ()
     dev = rt.construct_device(device)

@@ -1,0 +1,24 @@
+"""Issue 28: a construct's arguments of the wrong kind are refused with a message naming
+the value and the fix, never a raw TypeError or a silent default."""
+import numpy as np
+import pytest
+
+import offload
+from offload.testing import state
+
+
+@pytest.mark.parametrize("bad", [None, "clause", 0], ids=["None", "str", "int"])
+def test_target_map_must_be_a_list(rt, add_one, bad):
+    a = np.zeros(4, dtype=np.int32)
+    with pytest.raises(offload.OffloadError, match=r"target: map: expected a list of map "
+                                                   r"clauses, got .*write map=\[tofrom\(a\)\]"):
+        offload.target(add_one.add_one, a, 0, 4, map=bad, device=0)
+    assert state()["devices"].get(0, {"mappings": 0})["mappings"] == 0
+
+
+def test_target_map_given_one_clause_not_in_a_list(rt, add_one):
+    a = np.zeros(4, dtype=np.int32)
+    with pytest.raises(offload.OffloadError, match="got MapClause"):
+        offload.target(add_one.add_one, a, 0, 4, map=offload.tofrom(a), device=0)
+    offload.target(add_one.add_one, a, 0, 4, map=[offload.tofrom(a)], device=0)
+    assert (a == 1).all()
