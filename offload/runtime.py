@@ -476,6 +476,8 @@ def resource_operation(undo: Callable[[Any], None]) -> Callable[[F], F]:
                     r, got.result, got.done = got.result, None, False
                     undo(r)
                 raise
+            finally:
+                got.result, got.done = None, False   # keeps nothing alive after the call
         return wrapper  # type: ignore[return-value]
     return wrap
 
