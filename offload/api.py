@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -183,8 +184,10 @@ class target_data:
         entry = stack.pop()
         if not stack:
             del self._open[me]
-        if entry.rt.is_shut:
-            return                        # shut down meanwhile: its mappings went with it
+        if entry.pid != os.getpid() or entry.rt.is_shut:
+            # entered by the parent of this forked child (which starts empty), or shut down
+            # meanwhile: its mappings are not this runtime's
+            return
         if entry.dev is not None and entry.items:
             for it in entry.items:      # clang drops `present` from the end of a data region
                 it.type &= ~MapType.PRESENT
@@ -196,10 +199,11 @@ class _DataEntry:
     """One entry of a target_data object: its runtime, device, mapped items and the
     use_device_ptr addresses it gave."""
 
-    __slots__ = ("rt", "dev", "items", "addresses")
+    __slots__ = ("rt", "dev", "items", "addresses", "pid")
 
     def __init__(self, rt: Runtime, dev: Device | None, items: list[MapItem]):
         self.rt, self.dev, self.items = rt, dev, items
+        self.pid = os.getpid()
         self.addresses: list[tuple[Any, int]] = []
 
 
@@ -500,6 +504,7 @@ class Pinned:
         self.device_address = device_address
         self._dev = dev
         self._runtime = _current()         # the runtime that holds the pin
+        self._pid = os.getpid()             # in a forked child the handle is inert
         self._lock = threading.Lock()
         self._locked = True
 
@@ -509,7 +514,11 @@ class Pinned:
         return self._locked
 
     def unlock(self) -> None:
-        """Give the reference back; raises INVALID_ARGUMENT when already given back."""
+        """Give the reference back; raises INVALID_ARGUMENT when already given back. In a
+        forked child (which starts with an empty runtime) a quiet no-op."""
+        if os.getpid() != self._pid:
+            self._locked = False
+            return
         with self._lock:
             if not self._locked:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
