@@ -29,6 +29,13 @@ omp_initial_device = -1
 omp_invalid_device = -2
 
 
+_WORKER_PREFIX = "offload-nowait"
+
+
+def _in_worker() -> bool:
+    return threading.current_thread().name.startswith(_WORKER_PREFIX)
+
+
 class Handle:
     """A `nowait` construct in flight; `wait()` returns its result or raises its error.
     Work queued on a Stream also carries the event recorded after it (`event`, of the
@@ -51,10 +58,18 @@ class Handle:
                 pass
 
     def wait(self) -> Any:
-        """Block until the work is done; return its result or raise what it raised."""
+        """Block until the work is done; return its result or raise what it raised. A
+        worker of the nowait pool that waits (a host task waiting on offload work, a
+        dependence) lends its place meanwhile: the pool runs one more thread, so work
+        queued behind the waiters still runs."""
+        lent = not self._future.done() and _in_worker()
+        if lent:
+            self._owner.lend(1)
         try:
             return self._future.result()
         finally:
+            if lent:
+                self._owner.lend(-1)
             if self._future.done():     # interrupted (Ctrl-C): still the thread's work
                 self._owner.forget(self)
 
@@ -84,7 +99,7 @@ class NowaitPool:
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self._workers, thread_name_prefix="offload-nowait")
+                    max_workers=self._workers, thread_name_prefix=_WORKER_PREFIX)
             thread = threading.get_ident()
             rt = self._runtime
             rt.begin()                      # in flight from submission until it finishes
@@ -95,6 +110,16 @@ class NowaitPool:
                 raise
             self._handles.setdefault(thread, []).append(h)
         return h
+
+    def lend(self, n: int) -> None:
+        """`n` more (or, negative, fewer) workers: a worker starts or stops waiting."""
+        with self._lock:
+            pool = self._pool
+            if pool is None:
+                return
+            pool._max_workers += n               # ThreadPoolExecutor's own bound
+            if n > 0:
+                pool._adjust_thread_count()      # start a thread for queued work
 
     def watch(self, device: Any, queue: Any, release: Callable[[], None]) -> Handle:
         """A Handle for the work queued so far on `queue` of plugin device `device`:
