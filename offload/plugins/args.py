@@ -174,6 +174,11 @@ def _misfit(p: Param, a: Any) -> str | None:
         if not _dtype_fits(p, a.dtype):
             return (f"expected an array of {_numpy_name(p)}, got {_shape(a)}; convert it "
                     f"(a.astype(...)) or fix the kernel's parameter type")
+        if not a.flags.c_contiguous:       # its elements would arrive in another order
+            order = "a Fortran-ordered" if a.flags.f_contiguous else "a non-contiguous"
+            return (f"expected a C-ordered (row-major) contiguous array, got {order} "
+                    f"{_shape(a)}: the kernel would read its elements in another order; "
+                    f"pass np.ascontiguousarray(a)")
         return None
     if isinstance(a, (bool, np.bool_)):
         return "expected an array or a device address, got bool" if p.pointer else None
@@ -227,7 +232,7 @@ def argument_kinds(args: Sequence[Any]) -> tuple | None:
     for a in args:
         t = type(a)
         if t is np.ndarray:
-            kinds.append(a.dtype)
+            kinds.append(a.dtype if a.flags.c_contiguous else (a.dtype, a.strides))
         elif t is int or t is float or t is bool or isinstance(a, (np.number, np.bool_)):
             kinds.append(t)
         else:
