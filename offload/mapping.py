@@ -59,6 +59,7 @@ def _mine() -> set[int]:
 
 
 def _held_lock() -> threading.Lock:
+    """A new lock, already held: an entry being made, or held through its copy back."""
     lock = threading.Lock()
     lock.acquire()
     return lock
@@ -327,8 +328,7 @@ class MappingTable:
                         e.hold = 1
                     else:
                         e.dyn = 1
-                    lock = e.ready = threading.Lock()
-                    lock.acquire()
+                    e.ready = _held_lock()
                     _mine().add(id(e))
                     self._insert(e)
                     new = True
@@ -429,8 +429,7 @@ class MappingTable:
             elif self._find(p, n)[0] is None:           # nothing there: a new entry
                 e = HostDataToTarget(p, n, 0, None, owner)
                 e.dyn = 1
-                ready = e.ready = threading.Lock()
-                ready.acquire()
+                ready = e.ready = _held_lock()
                 self._insert(e)
                 if busy is not None:
                     e.busy = 1
