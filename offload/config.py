@@ -56,6 +56,15 @@ VARIABLES = {
                            "launch (LLVM's files, in the current directory)",
     "LIBOMPTARGET_RR_DEVMEM_SIZE": "GiB reserved per device for recording (default 64)",
     "LIBOMPTARGET_RR_SAVE_OUTPUT": "1: recording also writes the memory after each kernel",
+    "OMP_NUM_TEAMS": "GPU plugins: the most teams a kernel launches (caps LLVM's block limit)",
+    "OMP_TEAMS_THREAD_LIMIT": "GPU plugins: the most threads a team has",
+    "LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT": "GPU plugins: the fewest threads per team a "
+                                                   "combined loop with few iterations keeps "
+                                                   "(default 32)",
+    "LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT": "GPU plugins: true (default) | false: a "
+                                                     "combined loop launches at most the default "
+                                                     "team count, teams taking several "
+                                                     "iterations",
 }
 
 
@@ -65,7 +74,9 @@ E = TypeVar("E", bound=enum.Enum)
 #: value (libomp warns about a bad OMP_* value and uses its default; LLVM ignores a bad
 #: LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS) take their default when invalid
 LLVM_LENIENT = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE",
-                "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS")
+                "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS", "OMP_NUM_TEAMS", "OMP_TEAMS_THREAD_LIMIT",
+                "LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT",
+                "LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT")
 
 
 def _lenient(name: str) -> bool:
@@ -109,9 +120,25 @@ def _int(name: str, default: int, minimum: int = 0, maximum: int = 2**63 - 1) ->
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"{name}={raw!r} is not an integer") from None
     if not minimum <= value <= maximum:
+        if _lenient(name):
+            return default
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"{name}={value} is out of range [{minimum}, {maximum}]")
     return value
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    if _lenient(name):
+        return default
+    raise OffloadError(ErrorCode.INVALID_VALUE, f"{name}={raw!r} is not one of true | false")
 
 
 @dataclass(frozen=True)
@@ -130,6 +157,10 @@ class Config:
     accel: bool = True
     nvrtc_library: str = ""
     hsa_library: str = "libhsa-runtime64.so.1"
+    num_teams_cap: int = 0             # OMP_NUM_TEAMS (0: none)
+    teams_thread_cap: int = 0          # OMP_TEAMS_THREAD_LIMIT (0: none)
+    min_threads_low_trip: int = 32     # LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT
+    reuse_blocks: bool = True          # LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT
 
 
 def accel_enabled() -> bool:
@@ -169,4 +200,9 @@ def read() -> Config:
         accel=bool(_int("OFFLOAD_ACCEL", 1, maximum=1)),
         nvrtc_library=env.get("OFFLOAD_CUDA_NVRTC_LIBRARY", ""),
         hsa_library=env.get("OFFLOAD_AMDGPU_HSA_LIBRARY") or "libhsa-runtime64.so.1",
+        num_teams_cap=_int("OMP_NUM_TEAMS", 0, maximum=2**31 - 1),
+        teams_thread_cap=_int("OMP_TEAMS_THREAD_LIMIT", 0, maximum=2**31 - 1),
+        min_threads_low_trip=_int("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", 32,
+                                  maximum=2**32 - 1),
+        reuse_blocks=_bool("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", True),
     )

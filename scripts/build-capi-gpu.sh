@@ -45,5 +45,11 @@ rm "$out/ompt/host"
 LIBRARY_PATH=$llvm clang-19 -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \
   --offload-arch=sm_90 --cuda-path="$cuda" -x c tests/capi/record_replay_beyond_llvm.c.in \
   -o "$out/ompt/record_replay" 2>/dev/null
+# GPU-only programs (their lines are stated in tests/test_capi_gpu.py, from LLVM 19's rules)
+mkdir -p "$out/gpu"
+for src in tests/capi/gpu/*.c; do
+  LIBRARY_PATH=$llvm clang-19 -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \
+    --offload-arch=sm_90 --cuda-path="$cuda" "$src" -o "$out/gpu/$(basename "${src%.c}")"
+done
 .venv/bin/python bench/capi_gpu.py --build "$out/bench"
 echo "built into $out"

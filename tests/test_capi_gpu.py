@@ -101,3 +101,34 @@ def test_kernels_recorded_and_replayed_on_the_gpu(lib, tmp_path):
                              timeout=300)
         assert (got.returncode, got.stdout.strip()) == (0, "replay device memory verified"), \
             got.stderr[-2000:]
+
+
+# tests/capi/gpu/launch_geometry.c: the teams and threads of each loop under LLVM 19's
+# getNumThreads/getNumBlocks (tests/test_cuda_openmp.py has the rules one by one)
+GEOMETRY = {
+    (): ["high 3200 128", "mid 3125 64", "low 32 32", "thread_limit 3200 256",
+         "distribute 10", "teams 3200"],
+    (("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "False"),):
+        ["high 6400 128", "mid 3125 64", "low 32 32", "thread_limit 3200 256",
+         "distribute 10", "teams 3200"],
+    (("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "64"),):
+        ["high 3200 128", "mid 3125 64", "low 16 64", "thread_limit 3200 256",
+         "distribute 10", "teams 3200"],
+    (("OMP_NUM_TEAMS", "100"), ("OMP_TEAMS_THREAD_LIMIT", "64")):
+        ["high 100 64", "mid 100 64", "low 32 32", "thread_limit 100 64",
+         "distribute 10", "teams 100"],
+}
+
+
+@pytest.mark.parametrize("extra", list(GEOMETRY), ids=lambda e: ",".join(f"{k}={v}" for k, v in e)
+                         or "default")
+def test_launch_geometry_is_llvm_19s(lib, extra):
+    exe = os.path.join(PROGRAMS, "gpu", "launch_geometry")
+    if not os.path.exists(exe):
+        pytest.skip("gpu/launch_geometry not built (scripts/build-capi-gpu.sh)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    env.update(extra)
+    env["LD_LIBRARY_PATH"] = f"{lib}:{os.path.abspath(PROGRAMS)}"
+    res = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300, cwd="/tmp")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines() == GEOMETRY[extra]

@@ -1,16 +1,20 @@
 """The CUDA plugin's rules for clang-19 nvptx OpenMP kernels (issue 18) that need no GPU:
 the kernel environment's layout and LLVM 19's launch geometry."""
+import dataclasses
 import struct
 
+import pytest
+
+from offload import config
+from offload.errors import OffloadError
 from offload.plugins import _cuda_openmp as omp
 
 
 class FakeDevice:
     max_block, max_grid = 1024, 2**31 - 1
 
-    def _attr(self, name):
-        assert name == "multiprocessors"
-        return 132
+    def __init__(self, **cfg):
+        self.plugin = type("P", (), {"config": dataclasses.replace(config.Config(), **cfg)})()
 
 
 def env(mode, max_threads=0, max_teams=0, red=0):
@@ -28,14 +32,89 @@ def test_kernel_environment_layout():
 def test_generic_mode_adds_a_warp_and_a_plain_target_is_one_block():
     d = FakeDevice()
     assert omp.geometry(d, env(omp.EXEC_GENERIC), -1, -1, 0) == (1, 128 + 32)
-    assert omp.geometry(d, env(omp.EXEC_GENERIC), 0, 64, 0) == (132, 64 + 32)   # one per SM
+    assert omp.geometry(d, env(omp.EXEC_GENERIC), 0, 64, 0) == (3200, 64 + 32)  # the default
     assert omp.geometry(d, env(omp.EXEC_SPMD), -1, -1, 0) == (1, 128)
 
 
 def test_clauses_trip_count_and_limits():
     d = FakeDevice()
     assert omp.geometry(d, env(omp.EXEC_SPMD), 7, 256, 0) == (7, 256)
-    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, -1, 100000) == (782, 128)  # ceil(1e5/128)
-    assert omp.geometry(d, env(omp.EXEC_SPMD, max_teams=50), 0, -1, 100000) == (50, 128)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 512, 100000) == (196, 512)  # ceil(1e5/512)
+    assert omp.geometry(d, env(omp.EXEC_SPMD, max_teams=50), 0, -1, 100000) == (50, 32)
     assert omp.geometry(d, env(omp.EXEC_SPMD, max_threads=64), 0, 512, 0)[1] == 64
     assert omp.geometry(d, env(omp.EXEC_GENERIC), -1, -1, 0, kernel_max=128) == (1, 128)
+
+
+# LLVM 19's GenericKernelTy::getNumBlocks for combined SPMD loops with no num_teams clause
+# (offload/test/offloading/high_trip_count_block_limit.cpp): one thread per iteration up to
+# 3200 teams, then teams reused; below 3200 full blocks, threads cut to a power of two, to
+# LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT (32) at least, then teams too.
+@pytest.mark.parametrize("trip, grid", [
+    (819200, (3200, 128)),          # 6400 blocks wanted: capped, each thread takes two
+    (10**9, (3200, 128)),
+    (409600, (3200, 128)),          # exactly 3200 full blocks
+    (409599, (3200, 128)),          # just under: ceil(409599/3200) = 128 threads
+    (200000, (3125, 64)),           # ceil(200000/3200) = 63 -> 64 threads
+    (102400, (3200, 32)),           # 3200 * 32: enough teams, 32 threads
+    (102399, (3200, 32)),           # too few for teams of 32: both cut
+    (1000, (32, 32)),
+    (1, (1, 32)),
+])
+def test_spmd_trip_count_rules(trip, grid):
+    assert omp.geometry(FakeDevice(), env(omp.EXEC_SPMD), 0, 0, trip) == grid
+
+
+def test_thread_limit_from_the_user_is_kept_and_teams_still_capped():
+    d = FakeDevice()
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 256, 819200) == (3200, 256)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 256, 1000) == (4, 256)
+
+
+def test_reuse_blocks_off_gives_one_thread_per_iteration():
+    d = FakeDevice(reuse_blocks=False)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 0, 819200) == (6400, 128)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 0, 10**9) == (7812500, 128)
+    assert omp.geometry(d, env(omp.EXEC_GENERIC), 0, 0, 0) == (3200, 160)   # no loop
+
+
+def test_min_threads_for_low_trip_count():
+    d = FakeDevice(min_threads_low_trip=64)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 0, 1000) == (16, 64)
+    d = FakeDevice(min_threads_low_trip=512)          # never more than the block has
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 0, 1000) == (8, 128)
+
+
+def test_teams_loops_get_a_team_per_iteration():
+    d = FakeDevice()
+    for mode in (omp.EXEC_GENERIC, omp.EXEC_GENERIC_SPMD):
+        assert omp.geometry(d, env(mode), 0, 0, 10)[0] == 10
+        assert omp.geometry(d, env(mode), 0, 0, 10**6)[0] == 3200
+
+
+def test_omp_num_teams_and_teams_thread_limit_cap():
+    d = FakeDevice(num_teams_cap=100, teams_thread_cap=64)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 0, 0, 819200) == (100, 64)
+    assert omp.geometry(d, env(omp.EXEC_SPMD), 500, 1024, 0) == (100, 64)
+
+
+@pytest.mark.parametrize("name, value, field, expected", [
+    ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "False", "reuse_blocks", False),
+    ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "1", "reuse_blocks", True),
+    ("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "64", "min_threads_low_trip", 64),
+    ("OMP_NUM_TEAMS", "8", "num_teams_cap", 8),
+    ("OMP_TEAMS_THREAD_LIMIT", "96", "teams_thread_cap", 96),
+])
+def test_geometry_variables_are_read(monkeypatch, name, value, field, expected):
+    monkeypatch.setenv(name, value)
+    assert getattr(config.read(), field) == expected
+
+
+@pytest.mark.parametrize("name, value", [
+    ("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", "maybe"),
+    ("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", "-3"),
+    ("OMP_NUM_TEAMS", "many"),
+])
+def test_bad_geometry_values_are_named_in_python(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(OffloadError, match=name):
+        config.read()

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from ._cuda_driver import ffi
 from .common import AllocKind
@@ -20,6 +21,7 @@ from .common import AllocKind
 CUDADevice = Any                   # plugins.cuda.CUDADevice (a layer above this module)
 WARP = 32
 DEFAULT_THREADS = 128              # LLVM's default block size for NVIDIA GPUs
+DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
 EXEC_GENERIC, EXEC_SPMD, EXEC_GENERIC_SPMD = 1, 2, 3
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
@@ -49,12 +51,11 @@ _lock = threading.Lock()
 @dataclass
 class _DeviceState:
     """What one CUDA device keeps for OpenMP images: its device heap, the shared zeroed
-    launch environment, the SM count, kernel environments and indirect function tables by
+    launch environment, kernel environments and indirect function tables by
     loaded module."""
 
     heap: int | None = None
     launch_env: int | None = None
-    sms: int | None = None
     envs: dict[tuple[int, str], KernelEnvironment] = field(default_factory=dict)
     indirect: dict[int, dict[int, int]] = field(default_factory=dict)
 
@@ -68,13 +69,6 @@ def _state(dev: CUDADevice) -> _DeviceState:
         with _lock:
             st = _STATES.setdefault(dev, _DeviceState())
     return st
-
-
-def _sms(dev: CUDADevice) -> int:
-    st = _state(dev)
-    if st.sms is None:
-        st.sms = dev._attr("multiprocessors")
-    return int(st.sms)
 
 
 def global_address(dev: CUDADevice, program: Any, name: str) -> tuple[int, int] | None:
@@ -159,29 +153,55 @@ def kernel_environment(dev: CUDADevice, program: Any, name: str) -> KernelEnviro
 
 
 def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_limit: int,
-             tripcount: int, kernel_max: int = 1024) -> tuple[int, int]:
-    """(blocks, threads per block) as LLVM 19 chooses them: the thread_limit clause or
-    the default, capped by the kernel's MaxThreads, plus one warp for the main thread in
-    generic mode; the num_teams clause, else enough blocks for the loop's trip count in
-    SPMD modes (capped by the kernel's MaxTeams), else one block per SM. The block never
-    exceeds what the compiled kernel allows (`kernel_max`: its registers limit it)."""
-    threads = thread_limit if thread_limit > 0 else DEFAULT_THREADS
+             tripcount: int, kernel_max: int = 1024,
+             config: Config | None = None) -> tuple[int, int]:
+    """(blocks, threads per block) as LLVM 19's getNumThreads and getNumBlocks choose them
+    (offload/test/offloading/high_trip_count_block_limit.cpp). Threads: the thread_limit
+    clause (plus a warp for the main thread in generic mode) or the default, capped by
+    the kernel (its MaxThreads, its registers: `kernel_max`) and OMP_TEAMS_THREAD_LIMIT.
+    Blocks: the num_teams clause; else for a combined SPMD loop one thread per iteration,
+    fewer threads per block (down to LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT) when
+    that gives fewer than the default team count; for a teams loop one block per
+    iteration; at most the default team count (3200 on NVPTX) unless
+    LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT is false; never past the grid limit or
+    OMP_NUM_TEAMS. A target region without teams (num_teams < 0) is one block."""
+    cfg = config if config is not None else dev.plugin.config
+    max_threads = min(dev.max_block, kernel_max)
     if env.max_threads > 0:
-        threads = min(threads, env.max_threads)
-    if env.exec_mode == EXEC_GENERIC:
-        threads += WARP
-    threads = max(1, min(threads, dev.max_block, kernel_max))
-    if num_teams > 0:
-        blocks = num_teams
-    elif num_teams < 0:
-        blocks = 1                                  # a target region without teams
-    elif tripcount > 0 and env.exec_mode != EXEC_GENERIC:
-        blocks = (tripcount - 1) // threads + 1
+        max_threads = min(max_threads, env.max_threads)
+    if cfg.teams_thread_cap > 0:
+        max_threads = min(max_threads, cfg.teams_thread_cap)
+    from_user = thread_limit > 0
+    if from_user:
+        threads = thread_limit + (WARP if env.exec_mode == EXEC_GENERIC else 0)
     else:
-        blocks = _sms(dev)
+        threads = DEFAULT_THREADS + (WARP if env.exec_mode == EXEC_GENERIC else 0)
+    threads = max(1, min(threads, max_threads))
+    block_limit = dev.max_grid
+    if cfg.num_teams_cap > 0:
+        block_limit = min(block_limit, cfg.num_teams_cap)
     if env.max_teams > 0:
-        blocks = min(blocks, env.max_teams)
-    return max(1, min(blocks, dev.max_grid)), threads
+        block_limit = min(block_limit, env.max_teams)
+    if num_teams > 0:
+        return max(1, min(num_teams, block_limit)), threads
+    if num_teams < 0:
+        return 1, threads
+    blocks = None
+    if tripcount > 0 and env.exec_mode == EXEC_SPMD:
+        low = min(cfg.min_threads_low_trip, threads)
+        if tripcount >= DEFAULT_TEAMS * threads or from_user:
+            pass                                    # enough for teams and threads
+        elif tripcount >= DEFAULT_TEAMS * low:      # enough teams: fewer threads, whole warps
+            per_block = -(-tripcount // DEFAULT_TEAMS)
+            threads = min(threads, 1 << (per_block - 1).bit_length())
+        else:                                       # too few for either: both cut
+            threads = max(1, low)
+        blocks = (tripcount - 1) // threads + 1
+    elif tripcount > 0:
+        blocks = tripcount                          # one team per distribute iteration
+    if blocks is None or cfg.reuse_blocks:
+        blocks = DEFAULT_TEAMS if blocks is None else min(blocks, DEFAULT_TEAMS)
+    return max(1, min(blocks, block_limit)), threads
 
 
 _PRINTS: dict[str, bool] = {}        # image digest -> whether it calls vprintf
