@@ -24,12 +24,19 @@ def caller() -> str:
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}:0"
 
 
+#: LLVM 19's error line after a map clause's failed getTargetPointer, by cause
+NULL_PRESENT = "Call to getTargetPointer returned null pointer ('present' map type modifier)."
+NULL_ILLEGAL = "Call to getTargetPointer returned null pointer (device failure or illegal mapping)."
+
+
 def error(sentences: list[str], it: MapItem | None, hint: str,
-          code: ErrorCode = ErrorCode.INVALID_ARGUMENT) -> OffloadError:
+          code: ErrorCode = ErrorCode.INVALID_ARGUMENT, after: str = "") -> OffloadError:
     """An OffloadError: LLVM's sentences first (one per line, in LLVM's order), then the
-    mapped array and a hint."""
+    mapped array and a hint. The sentences are LLVM's messages and `after` its error line
+    (NULL_PRESENT, NULL_ILLEGAL), for the drop-in library to print as LLVM does."""
     tail = f"({it.subject()}; {hint})" if it is not None else f"({hint})"
-    return OffloadError(code, "\n".join(sentences) + "\n  " + tail)
+    return OffloadError(code, "\n".join(sentences) + "\n  " + tail,
+                        llvm_messages=tuple(sentences), llvm_errors=(after,) if after else ())
 
 
 def present_missing(p: int, n: int, motion: bool = False) -> str:

@@ -21,12 +21,17 @@ class ErrorCode(enum.IntEnum):
 
 
 class OffloadError(Exception):
-    """Any failure inside the runtime; `code` says which kind."""
+    """Any failure inside the runtime; `code` says which kind. `llvm_messages` and
+    `llvm_errors`, where set, are the lines LLVM 19 prints for it (`omptarget message:`,
+    then `omptarget error:`), which the drop-in library prints in its place."""
 
-    def __init__(self, code: ErrorCode, message: str):
+    def __init__(self, code: ErrorCode, message: str, *, llvm_messages: tuple[str, ...] = (),
+                 llvm_errors: tuple[str, ...] = ()):
         super().__init__(message)
         self.code = ErrorCode(code)
         self.message = message
+        self.llvm_messages = llvm_messages
+        self.llvm_errors = llvm_errors
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code.name}]"

@@ -21,7 +21,16 @@ import numpy as np
 from . import _accel, tracing
 from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from .config import Info
-from .diagnostics import caller, dump_table, error, explicit_extension, present_missing, say
+from .diagnostics import (
+    NULL_ILLEGAL,
+    NULL_PRESENT,
+    caller,
+    dump_table,
+    error,
+    explicit_extension,
+    present_missing,
+    say,
+)
 from .entries import INF, HostDataToTarget, count_text
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, GenericPlugin
@@ -286,7 +295,8 @@ class MappingTable:
                                                         e.size))
                 sentences.append(present_missing(it.host, it.size))
                 raise error(sentences, it, "map it first (target_enter_data or an enclosing "
-                                           "target_data), or drop present=True")
+                                           "target_data), or drop present=True",
+                            after=NULL_PRESENT)
 
     def _begin_one(self, it: MapItem, queue: Any, c: _Construct | None,
                    busy: list[HostDataToTarget] | None = None
@@ -316,9 +326,9 @@ class MappingTable:
                 elif e is not None:
                     raise error([explicit_extension(p, n, e.hst_begin, e.size)], it,
                                 "map the whole array first, or a section inside the mapped "
-                                "one")
+                                "one", after=NULL_ILLEGAL)
                 elif t & _PRESENT:           # unmapped by another thread since the check
-                    raise error([present_missing(p, n)], it, "map it first")
+                    raise error([present_missing(p, n)], it, "map it first", after=NULL_PRESENT)
                 elif n == 0:
                     return 0, None
                 else:

@@ -66,7 +66,8 @@ def omp_get_initial_device() -> int:
 
 @operation
 def omp_get_default_device() -> int:
-    """The calling thread's default device, as set (libomp returns the ICV unchecked)."""
+    """The calling thread's default device, as set (libomp returns the ICV unchecked);
+    the initial device under OMP_TARGET_OFFLOAD=disabled."""
     return _current().default_device
 
 

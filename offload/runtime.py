@@ -278,7 +278,11 @@ class Runtime:
     @property
     def default_device(self) -> int:
         """The calling thread's default device (OpenMP's default-device-var): what
-        omp_set_default_device set on this thread, else OMP_DEFAULT_DEVICE (0)."""
+        omp_set_default_device set on this thread, else OMP_DEFAULT_DEVICE (0). Under
+        OMP_TARGET_OFFLOAD=disabled the initial device, whatever was set (LLVM's
+        api/omp_get_default_device_test.c, omp_set_default_device_disabled.c)."""
+        if self.config.target_offload is TargetOffload.DISABLED:
+            return self._count
         return getattr(self._icv, "device", self.config.default_device)
 
     @default_device.setter

@@ -6,7 +6,8 @@
 # TARGET: x86_64-unknown-linux-gnu (default) or nvptx64-nvidia-cuda.
 # Writes OUT_DIR/results.tsv (test, built, llvm, offload) and prints the totals.
 # With BUILD_ONLY=1 it only builds (for carrying nvptx binaries to a GPU machine);
-# with RUN_ONLY=1 it runs binaries already in OUT_DIR/bin.
+# with RUN_ONLY=1 it runs binaries already in OUT_DIR/bin; RUNTIMES=offload runs offload's
+# alone (where LLVM 19's libomptarget cannot run: LLVM_LIB then holds libomp.so.5 only).
 set -u
 vv=$(cd "$1" && pwd); out=$2; target=${3:-x86_64-unknown-linux-gnu}
 mkdir -p "$out/bin" "$out/log"; out=$(cd "$out" && pwd)
@@ -15,7 +16,11 @@ llvm=${LLVM_LIB:-/usr/lib/llvm-19/lib}
 py=${PYTHON:-$here/.venv/bin/python}
 jobs=${JOBS:-$(nproc)}
 flags="-fopenmp -fopenmp-targets=$target -O1 -I$vv/ompvv -lm"
-[ "$target" = nvptx64-nvidia-cuda ] && flags="$flags --offload-arch=${ARCH:-sm_90}"
+if [ "$target" = nvptx64-nvidia-cuda ]; then
+  cuda=$(ls -d /usr/local/cuda-13* /usr/local/cuda 2>/dev/null | head -1)
+  flags="$flags --offload-arch=${ARCH:-sm_90} --cuda-path=$cuda"
+  export LIBRARY_PATH=$llvm      # the nvptx device runtime bitcode
+fi
 
 build() {  # one source file -> bin/NAME or log/NAME.build
   src=$1; name=$(echo "${src#"$vv"/tests/}" | tr / _); name=${name%.*}
@@ -31,16 +36,17 @@ fi
 
 lib=${OFFLOAD_LIBDIR:-$(cd /tmp && "$py" -c 'from offload.capi import libdir; print(libdir())')}
 runone() {  # NAME -> "NAME llvm offload" with PASS/FAIL/TIMEOUT
-  name=$1; r=()
-  for which in llvm offload; do
+  name=$1; r=(- -)
+  for which in ${RUNTIMES:-llvm offload}; do
     if [ "$which" = llvm ]; then lp=$llvm; else lp=$lib:$llvm; fi
     ( cd "$out/log" && LD_LIBRARY_PATH=$lp timeout 120 "$out/bin/$name" \
         >"$out/log/$name.$which" 2>&1 ); rc=$?
-    case $rc in 0) r+=(PASS) ;; 124) r+=(TIMEOUT) ;; *) r+=("FAIL:$rc") ;; esac
+    i=0; [ "$which" = offload ] && i=1
+    case $rc in 0) r[i]=PASS ;; 124) r[i]=TIMEOUT ;; *) r[i]="FAIL:$rc" ;; esac
   done
   printf '%s\t%s\t%s\n' "$name" "${r[0]}" "${r[1]}"
 }
-export -f runone; export lib llvm
+export -f runone; export lib llvm RUNTIMES
 ls "$out/bin" | sort | xargs -P "$jobs" -I{} bash -c 'runone "$1"' _ {} | sort >"$out/results.tsv"
 total=$(find "$vv/tests" \( -name '*.c' -o -name '*.cpp' \) | wc -l)
 built=$(wc -l <"$out/results.tsv")

@@ -7,6 +7,7 @@ import ctypes
 import glob
 import os
 import shutil
+import re
 import subprocess
 
 import numpy as np
@@ -462,3 +463,21 @@ def test_loading_after_capsule_lookups(tmp_path):
                          env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[1, 1, 1, 1]"
+
+
+def _masked(err):
+    return [re.sub(r"0x[0-9a-f]+", "0x…", ln) for ln in err.splitlines()]
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_failing_constructs_print_what_llvm_prints(built, ours, case):
+    """tests/capi/failure_messages.c: each failing construct's stderr, line for line as
+    LLVM 19's (addresses masked): LLVM's messages (`omptarget message:` for `present` and
+    explicit extension, both when a present clause also extends), its error chain, where
+    to read more, the missing source location, the fatal error; and the exit status."""
+    exe = built["failure_messages.c"]
+    llvm = run(exe, LLVM_LIB, str(case))
+    mine = run(exe, f"{ours}:{LLVM_LIB}", str(case))
+    assert llvm[0] != 0 and "omptarget" in llvm[2]
+    assert (mine[0], mine[1]) == (llvm[0], llvm[1])
+    assert _masked(mine[2]) == _masked(llvm[2])

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from offload.capi import abi, build, exports
+from offload.capi import abi, build, devices, exports
 from tests.test_capi import LLVM_LIB, WHY, built, ours, run  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
@@ -36,7 +36,7 @@ def test_every_export_fails_when_its_body_raises(runtime, ours, monkeypatch, cap
     lib = ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
     assert lib.omp_get_num_devices() == 2            # bound, sharing this runtime
     fatal = []
-    monkeypatch.setattr(exports, "fatal", fatal.append)
+    monkeypatch.setattr(devices, "fatal", fatal.append)   # construct_failed ends in it
     checked = []
     try:
         for name, decl in abi.EXPORTS.items():

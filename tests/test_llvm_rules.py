@@ -382,6 +382,22 @@ def test_fallback_is_reported_once(runtime, capsys, k):
         offload.target(k.add111, x, device=0)
 
 
+def test_disabled_offload_default_device_is_the_initial_device(runtime):
+    """LLVM's api/omp_get_default_device_test.c and omp_set_default_device_disabled.c:
+    under OMP_TARGET_OFFLOAD=disabled omp_get_default_device() is the initial device,
+    whatever omp_set_default_device set or OMP_DEFAULT_DEVICE says, on every thread."""
+    runtime(OMP_TARGET_OFFLOAD="disabled", OFFLOAD_HOST_NUM_DEVICES=2, OMP_DEFAULT_DEVICE=1)
+    initial = offload.omp_get_initial_device()
+    assert offload.omp_get_default_device() == initial
+    offload.omp_set_default_device(1)
+    assert offload.omp_get_default_device() == initial
+    seen = []
+    run_threads(lambda: seen.append(offload.omp_get_default_device()), [()])
+    assert seen == [initial]
+    runtime(OFFLOAD_HOST_NUM_DEVICES=2, OMP_DEFAULT_DEVICE=1)     # not disabled: as set
+    assert offload.omp_get_default_device() == 1
+
+
 def test_default_device_is_per_thread_and_unchecked(rt, k):
     """libomp: omp_set_default_device stores the ICV as given, per thread; a construct
     then given a number that is no device fails (LLVM aborts; we raise)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import threading
 import weakref
@@ -15,6 +16,7 @@ from ..errors import ErrorCode, OffloadError
 from ..runtime import current
 from .abi import ENTRY_INDIRECT
 from .images import Program, Registry, ffi, is_link
+from .maps import location
 
 registry = Registry()
 _init_lock = threading.Lock()
@@ -109,6 +111,52 @@ def fatal(msg: str) -> None:
     os.abort()
 
 
+_ADDRESS = re.compile(r"0x([0-9a-f]+)")
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, OffloadError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def report(exc: BaseException) -> None:
+    """A failure as LLVM 19 prints it: LLVM's own lines where the error carries them
+    (`omptarget message:` each, addresses 16 digits wide as LLVM's DPxMOD, then
+    `omptarget error:` each), else one `omptarget error:` line."""
+    messages = getattr(exc, "llvm_messages", ())
+    if not messages:
+        sys.stderr.write(f"omptarget error: {describe(exc)}\n")
+        return
+    for m in messages:
+        wide = _ADDRESS.sub(lambda x: f"0x{int(x.group(1), 16):016x}", m)
+        sys.stderr.write(f"omptarget message: {wide}\n")
+    for line in getattr(exc, "llvm_errors", ()):
+        sys.stderr.write(f"omptarget error: {line}\n")
+
+
+def construct_failed(loc: Any, exc: BaseException | None = None, target: bool = False) -> None:
+    """A construct that failed, as LLVM 19's handleTargetOutcome ends it: the failure
+    (for a target region's map clause also LLVM's two lines after it), where to read
+    more, the source location (or that there is none), then the fatal error."""
+    if exc is not None:
+        report(exc)
+        errors: tuple[str, ...] = getattr(exc, "llvm_errors", ())
+        if target and errors:
+            sys.stderr.write("omptarget error: Call to targetDataBegin failed, abort target.\n"
+                             "omptarget error: Failed to process data before launching the "
+                             "kernel.\n")
+    sys.stderr.write("omptarget error: Consult https://openmp.llvm.org/design/Runtimes.html "
+                     "for debugging options.\n")
+    where = location(loc)
+    if where == "unknown:0:0":
+        sys.stderr.write("omptarget error: Source location information not present. Compile "
+                         "with -g or -gline-tables-only.\n")
+    else:
+        sys.stderr.write(f"{where}: ")
+    fatal("failure of target construct while offloading is mandatory")
+
+
 def device_number(dev: int) -> int:
     if dev == -1:
         return libomp.omp_get_default_device() if libomp is not None else \
@@ -131,6 +179,11 @@ def device(dev: int, construct: bool = True) -> Any:
     if n >= rt._count or n < 0 or (construct and _disabled):
         if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
             return None
+        if construct:                          # LLVM 19's checkDeviceAndCtors
+            sys.stderr.write(f"omptarget fatal error {n}: Device number '{n}' out of range, "
+                             f"only {rt._count} devices available\n")
+            sys.stderr.flush()
+            os.abort()
         return rt.device(n)                    # raises: not a device number
     d = rt.manager.get_device(n)
     seen = _loaded.get(id(d))

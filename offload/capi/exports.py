@@ -22,6 +22,8 @@ from . import maps, ompt
 from .devices import (
     OFFLOAD_FAIL,
     OFFLOAD_SUCCESS,
+    construct_failed,
+    describe,
     device,
     device_number,
     ensure_runtime,
@@ -31,6 +33,7 @@ from .devices import (
     load_device,
     num_devices,
     registry,
+    report,
 )
 from .images import addr, ffi
 from .interop_objects import (
@@ -68,12 +71,6 @@ def inject_failure(*names: str) -> None:
     _inject.update(names)
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OffloadError):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = True,
            construct: bool = False) -> Callable[..., Any]:
     """Run an export's body as an offload operation (`runtime_op`; else, for
@@ -95,14 +92,14 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
                 except BaseException as exc:
                     _start_failure.append(exc)
                     sys.stderr.write(f"omptarget error: the offload runtime could not "
-                                     f"start: {_describe(exc)}\n")
+                                     f"start: {describe(exc)}\n")
                     raise
             return op(*args)
         except BaseException as exc:             # noqa: B036 - every failure is reported
             if not (_start_failure and exc is _start_failure[0]):
-                sys.stderr.write(f"omptarget error: {_describe(exc)}\n")
+                report(exc)
             if construct:
-                fatal("failure of target construct while offloading is mandatory")
+                construct_failed(None)
             return default
     call.__name__ = fn.__name__
     return call
@@ -172,16 +169,16 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
             say(d.number, line)
     if ompt.listening:
         with ompt.region(_REGION_KINDS[kind], d.number):
-            _apply(kind, d, args, bases)
+            _apply(kind, d, args, bases, loc)
     else:
-        _apply(kind, d, args, bases)
+        _apply(kind, d, args, bases, loc)
     dump_tables(d, loc)
 
 
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
 
 
-def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any) -> None:
+def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
     try:
         one = maps.plain(d, args) if kind != "update" else None
         if one is not None:                      # one array section: in fewer steps
@@ -196,8 +193,7 @@ def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any) -> None:
         else:
             maps.update(d, args)
     except OffloadError as exc:
-        sys.stderr.write(f"omptarget error: {exc.message}\n")
-        fatal("failure of target construct while offloading is mandatory")
+        construct_failed(loc, exc)
 
 
 # ---- the OpenMP device API, through offload.omp with pointers as ints ----------------------
@@ -361,7 +357,7 @@ CONSTRUCTS = frozenset(
 
 def _escaped(exc_type: Any, exc: BaseException, tb: Any) -> None:
     """cffi's handler for an exception the guard itself let out: never a silent 0."""
-    sys.stderr.write(f"omptarget error: {_describe(exc)}\n")
+    sys.stderr.write(f"omptarget error: {describe(exc)}\n")
     fatal("an export of offload's libomptarget failed outside its guard")
 
 

@@ -14,10 +14,10 @@ from . import maps, ompt
 from .devices import (
     OFFLOAD_FAIL,
     OFFLOAD_SUCCESS,
+    construct_failed,
     device,
     device_number,
     ensure_runtime,
-    fatal,
     registry,
 )
 from .images import _T_UINTPTR, _cast, addr, ffi
@@ -136,8 +136,7 @@ def construct_device(dev: int) -> Any:
     try:
         return device(dev)
     except OffloadError as exc:
-        sys.stderr.write(f"omptarget error: {exc.message}\n")
-        fatal("failure of target construct while offloading is mandatory")
+        construct_failed(None, exc)
         raise
 
 
@@ -164,8 +163,7 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         dump_tables(d, loc)
         return rc
     except OffloadError as exc:
-        sys.stderr.write(f"omptarget error: {exc.message}\n")
-        fatal("failure of target construct while offloading is mandatory")
+        construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
 
 
@@ -195,8 +193,7 @@ def target_replay(loc: Any, dev: int, host_ptr: Any, memory: Any, size: int, tgt
             if tgt:
                 d.free(tgt)
     except OffloadError as exc:
-        sys.stderr.write(f"omptarget error: {exc.message}\n")
-        fatal("failure of target construct while offloading is mandatory")
+        construct_failed(loc, exc)
         return OFFLOAD_FAIL
     if d.table.info & 0x10:                      # LIBOMPTARGET_INFO: PLUGIN_KERNEL
         plugin_say(d.local_id, f"Launching kernel {name} with {blocks} blocks and "
@@ -229,6 +226,5 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
         with ompt.region(ompt.TARGET, d.number, teams=teams):
             return _launch(d, addr(host_ptr), args, bases, teams, threads, tripcount)
     except OffloadError as exc:
-        sys.stderr.write(f"omptarget error: {exc.message}\n")
-        fatal("failure of target construct while offloading is mandatory")
+        construct_failed(None, exc, target=True)
         return OFFLOAD_FAIL

@@ -1,0 +1,105 @@
+"""BabelStream (UoB-HPC/BabelStream) on one GPU: its OpenMP model built by clang-19 for
+nvptx and run on offload's drop-in libomptarget.so.19.1, against its CUDA model (nvcc) in
+the same run, kernel by kernel (Copy, Mul, Add, Triad, Dot). The OpenMP model runs twice:
+with LLVM 19's launch geometry (teams capped at 3200) and with
+LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=false (one thread per element: what offload
+launched before it followed LLVM 19).
+
+`--build BABELSTREAM_SRC DIR` (on a machine with clang-19; BABELSTREAM_SRC a checkout)
+builds DIR/omp-stream and copies the sources to DIR/src. On the GPU machine:
+`python bench/babelstream.py DIR` (libomp.so.5 in DIR) builds DIR/cuda-stream there with
+nvcc when it is missing (its CUDA model needs NVML's header), then runs. Prints MB/s and
+ratios to CUDA; writes babelstream.png ($OUT or bench/).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._util import arguments, machine, plot, table  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS = ["Copy", "Mul", "Add", "Triad", "Dot"]
+
+
+def _cuda_home() -> str:
+    return next((p for p in ("/usr/local/cuda-13.0", "/usr/local/cuda") if os.path.isdir(p)),
+                "/usr/local/cuda")
+
+
+def build(src: str, out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    env = dict(os.environ, LIBRARY_PATH="/usr/lib/llvm-19/lib")
+    s = os.path.join(src, "src")
+    subprocess.run(["clang++-19", "-O3", "-std=c++17", "-fopenmp",
+                    "-fopenmp-targets=nvptx64-nvidia-cuda", "--offload-arch=sm_90",
+                    f"--cuda-path={_cuda_home()}", "-DOMP", "-DOMP_TARGET_GPU", f"-I{s}",
+                    f"-I{s}/omp", f"{s}/main.cpp", f"{s}/omp/OMPStream.cpp",
+                    "-o", os.path.join(out_dir, "omp-stream")], check=True, env=env)
+    shutil.copytree(s, os.path.join(out_dir, "src"), dirs_exist_ok=True)
+    libomp = "/usr/lib/llvm-19/lib/libomp.so.5"
+    if os.path.exists(libomp):
+        shutil.copy(libomp, out_dir)
+
+
+def build_cuda(d: str) -> None:
+    """BabelStream's CUDA model, built with nvcc where the GPU is (NVML linked)."""
+    s = os.path.join(d, "src")
+    nvcc = shutil.which("nvcc") or os.path.join(_cuda_home(), "bin", "nvcc")
+    subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-DCUDA", f"-I{s}",
+                    f"-I{s}/cuda", f"{s}/main.cpp", f"{s}/cuda/CUDAStream.cu", "-lnvidia-ml",
+                    "-o", os.path.join(d, "cuda-stream")], check=True)
+
+
+def run(exe: str, size: int, times: int, env: dict[str, str]) -> dict[str, float]:
+    """MB/s of each kernel (BabelStream's --csv: the best of `times` runs)."""
+    res = subprocess.run([exe, "-s", str(size), "-n", str(times), "--csv"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if res.returncode != 0:
+        raise SystemExit(f"{exe} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    rows = csv.DictReader(io.StringIO(res.stdout[res.stdout.index("function"):]))
+    return {r["function"]: float(r["max_mbytes_per_sec"]) for r in rows}
+
+
+def main() -> None:
+    p = arguments(__doc__)
+    p.add_argument("dir", nargs="?", help="directory with omp-stream and cuda-stream")
+    p.add_argument("--build", nargs=2, metavar=("BABELSTREAM_SRC", "DIR"))
+    p.add_argument("--size", type=int, default=1 << 25, help="elements per array (2^25)")
+    p.add_argument("--times", type=int, default=100)
+    args = p.parse_args()
+    if args.build:
+        build(*args.build)
+        return
+    from offload.capi import libdir
+    d = os.path.abspath(args.dir)
+    if not os.path.exists(os.path.join(d, "cuda-stream")):
+        build_cuda(d)
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    omp_env = dict(base, LD_LIBRARY_PATH=f"{libdir()}:{d}")
+    cuda = run(os.path.join(d, "cuda-stream"), args.size, args.times, base)
+    llvm = run(os.path.join(d, "omp-stream"), args.size, args.times, omp_env)
+    flat = run(os.path.join(d, "omp-stream"), args.size, args.times,
+               dict(omp_env, LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT="false"))
+    rows = [(k, f"{cuda[k]:.0f}", f"{llvm[k]:.0f}", f"{llvm[k] / cuda[k]:.2f}x",
+             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x") for k in KERNELS]
+    print(f"offload bench/babelstream.py: {args.size} doubles per array, best of "
+          f"{args.times}; host {machine()}")
+    print(table(rows, ("kernel", "CUDA MB/s", "OpenMP on offload, LLVM 19 grid", "ratio",
+                       "one thread per element", "ratio")))
+    print(plot(os.path.join(os.environ.get("OUT", HERE), "babelstream.png"),
+               "BabelStream on one H200: OpenMP (clang-19) on offload vs CUDA", KERNELS,
+               {"CUDA": [cuda[k] for k in KERNELS],
+                "OpenMP, LLVM 19 grid": [llvm[k] for k in KERNELS],
+                "OpenMP, one thread per element": [flat[k] for k in KERNELS]}, "MB/s"))
+
+
+if __name__ == "__main__":
+    main()
