@@ -52,7 +52,8 @@ def build_cuda(d: str) -> None:
     """BabelStream's CUDA model, built with nvcc where the GPU is (NVML linked)."""
     s = os.path.join(d, "src")
     nvcc = shutil.which("nvcc") or os.path.join(_cuda_home(), "bin", "nvcc")
-    subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-DCUDA", f"-I{s}",
+    subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-DCUDA", "-DGRID_STRIDE",
+                    f"-I{s}",
                     f"-I{s}/cuda", f"{s}/main.cpp", f"{s}/cuda/CUDAStream.cu", "-lnvidia-ml",
                     "-o", os.path.join(d, "cuda-stream")], check=True)
 

@@ -24,6 +24,7 @@ fi
 
 build() {  # one source file -> bin/NAME or log/NAME.build
   src=$1; name=$(echo "${src#"$vv"/tests/}" | tr / _); name=${name%.*}
+  [ -e "${src%.*}.c" ] && [ -e "${src%.*}.cpp" ] && name=${name}_${src##*.}   # both exist
   case $src in *.cpp) cc=clang++-19 ;; *) cc=clang-19 ;; esac
   $cc $flags "$src" -o "$out/bin/$name" >"$out/log/$name.build" 2>&1 || rm -f "$out/bin/$name"
 }
@@ -39,14 +40,14 @@ runone() {  # NAME -> "NAME llvm offload" with PASS/FAIL/TIMEOUT
   name=$1; r=(- -)
   for which in ${RUNTIMES:-llvm offload}; do
     if [ "$which" = llvm ]; then lp=$llvm; else lp=$lib:$llvm; fi
-    ( cd "$out/log" && LD_LIBRARY_PATH=$lp timeout 120 "$out/bin/$name" \
+    ( cd "$out/log" && LD_LIBRARY_PATH=$lp timeout "${VV_TIMEOUT:-120}" "$out/bin/$name" \
         >"$out/log/$name.$which" 2>&1 ); rc=$?
     i=0; [ "$which" = offload ] && i=1
     case $rc in 0) r[i]=PASS ;; 124) r[i]=TIMEOUT ;; *) r[i]="FAIL:$rc" ;; esac
   done
   printf '%s\t%s\t%s\n' "$name" "${r[0]}" "${r[1]}"
 }
-export -f runone; export lib llvm RUNTIMES
+export -f runone; export lib llvm RUNTIMES VV_TIMEOUT
 ls "$out/bin" | sort | xargs -P "$jobs" -I{} bash -c 'runone "$1"' _ {} | sort >"$out/results.tsv"
 total=$(find "$vv/tests" \( -name '*.c' -o -name '*.cpp' \) | wc -l)
 built=$(wc -l <"$out/results.tsv")
