@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import weakref
 from typing import Any
 
 import cffi
@@ -30,8 +31,9 @@ __all__ = ["DeviceArray", "Event", "Queue", "Stream", "device_array", "dl_device
 class DeviceArray:
     """The device copy of a mapped array: `ptr`, `nbytes`, `shape`, `dtype`, `device`,
     and the `__dlpack__` / `__dlpack_device__` protocols (plus
-    `__cuda_array_interface__` on a CUDA device). Valid while the mapping exists (as
-    omp_get_mapped_ptr's address); no byte is copied."""
+    `__cuda_array_interface__` on a CUDA device); no byte is copied. It exports only
+    while the mapping exists; the device memory stays allocated while the view, or a
+    consumer's tensor made from it, lives (after the mapping and the runtime too)."""
 
     def __init__(self, ptr: int, array: np.ndarray | None, device: int,
                  dl_device: tuple[int, int], plugin: str, entry: Any = None,
@@ -108,12 +110,19 @@ class DeviceArray:
 
 
 def _wait_for_work(view: DeviceArray) -> None:
-    """Let nowait work in flight on the array's mapping finish first."""
-    if view._entry is not None and view._entry.busy == 0:
-        return                                      # the common case: nothing in flight
-    if view._table is not None and view.array is not None:
+    """Let nowait work in flight on the array's mapping finish first; a view whose
+    mapping is gone exports nothing (its block is no longer the array's device copy)."""
+    e = view._entry
+    if e is not None and view.array is not None:
         p, n = span(view.array)
-        view._table.wait_idle(p, n)
+        if view._table.lookup(p, max(n, 1)) is not e:
+            raise OffloadError(ErrorCode.NOT_FOUND,
+                               f"device_array: the mapping of the array at 0x{p:x} ({n} "
+                               f"bytes) on device {view.device} was removed; views exported "
+                               f"before keep their memory, but a new export needs the array "
+                               f"mapped again and a new device_array")
+        if e.busy:
+            view._table.wait_idle(p, n)
 
 
 _DL_KIND = {"cuda": (KDL_CUDA, KDL_CUDA_HOST), "amdgpu": (KDL_ROCM, KDL_ROCM_HOST)}
@@ -152,8 +161,16 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
                            f"device_array: the array at 0x{p:x} ({n} bytes) is not mapped on "
                            f"device {dev.number}; map it first (target_data, "
                            f"target_enter_data)")
-    return DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number, dl_device_of(dev),
+    view = DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number, dl_device_of(dev),
                        dev.plugin.name, e, dev.table)
+    # the block stays allocated while the view (or a capsule made from it) lives, even
+    # past the mapping and the runtime; a marked entry takes the Python path when unmapped
+    if e.views is None:
+        e.views = {}
+    blocks = dev.generic.exported
+    blocks.hold(e.tgt_begin)
+    weakref.finalize(view, blocks.release, e.tgt_begin, dev.generic._free_impl)
+    return view
 
 
 class Queue:

@@ -11,7 +11,7 @@ LAYERS = {
     "errors": 0, "completions": 0, "tracing": 0, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
     "diagnostics": 4, "pinned": 2, "image": 2, "compiler": 3, "targets": 3,
     "plugins._libc": 3, "plugins.args": 2, "plugins.memory_pool": 3, "plugins.queues": 3,
-    "plugins.staging": 4, "plugins.record_replay": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
+    "plugins.staging": 4, "plugins.exported": 4, "plugins.record_replay": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
     "plugins.nvrtc": 3, "_accel": 4, "plugins._cuda_fast": 4, "plugins._cuda_openmp": 5.2, "plugins.common": 5, "plugins.host_queue": 5.5, "plugins.host": 6, "plugins.cuda": 6,
     "plugins.amdgpu": 6, "plugins": 0, "mapping": 7, "device": 8, "plugin_manager": 9,
     "runtime": 10, "api": 11, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,

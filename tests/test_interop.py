@@ -97,6 +97,86 @@ def test_capsule_keeps_the_view_alive_until_its_deleter(rt):
         assert len(dlpack._alive) == before
 
 
+# ---- exported views outlive what they view (issue 28 item 4; the DLPack contract) ------
+def _device0():
+    return offload.runtime.current().manager.get_device(0).generic
+
+
+def test_an_exported_block_is_not_reused_after_its_mapping_goes(rt):
+    """The tensor a consumer made keeps its memory after the mapping is removed: the
+    next array mapped gets other memory, so writing through the tensor corrupts nothing
+    (the block went back to the pool and the next mapping landed on it)."""
+    a = np.arange(64, dtype=np.int32)
+    b = np.zeros(64, dtype=np.int32)
+    with offload.target_data(offload.to(a), device=0):
+        t = np.from_dlpack(offload.device_array(a, 0))
+    with offload.target_data(offload.tofrom(b), device=0):
+        assert offload.omp_get_mapped_ptr(b, 0) != t.ctypes.data
+        t[:] = -1                                      # the consumer writes its tensor
+    assert (b == 0).all() and t.tolist() == [-1] * 64
+    assert len(_device0().exported) == 1               # kept for the tensor ...
+    del t
+    assert len(_device0().exported) == 0               # ... freed with it
+    assert offload.testing.state()["devices"][0] == {"mappings": 0, "allocations": 0}
+
+
+@pytest.mark.parametrize("export", ["dlpack", "capsule", "view"])
+def test_a_stale_device_array_exports_nothing(rt, export):
+    """A DeviceArray kept past its mapping (or past a new mapping of the same array)
+    hands out no pointer: NOT_FOUND, naming the removed mapping."""
+    a = np.arange(8, dtype=np.float64)
+    with offload.target_data(offload.to(a), device=0):
+        dv = offload.device_array(a, 0)
+    with offload.target_data(offload.to(a), device=0):  # mapped again: another entry
+        for _ in range(2):
+            with pytest.raises(OffloadError, match="was removed") as e:
+                if export == "dlpack":
+                    np.from_dlpack(dv)
+                elif export == "capsule":
+                    dv.__dlpack__(max_version=(1, 0))
+                else:
+                    dv.__dlpack__()
+            assert e.value.code is ErrorCode.NOT_FOUND
+    del dv
+    assert offload.testing.state()["devices"][0] == {"mappings": 0, "allocations": 0}
+
+
+def test_a_tensor_outlives_the_runtime(rt):
+    """offload.shutdown() with a consumer's tensor alive: the tensor stays readable and
+    writable (it was a SIGSEGV), and its block is freed when the tensor goes."""
+    a = np.arange(1 << 16, dtype=np.int64)
+    with offload.target_data(offload.to(a), device=0):
+        t = np.from_dlpack(offload.device_array(a, 0))
+    dev = _device0()
+    offload.shutdown()
+    assert t[12345] == 12345 and int(t.sum()) == int(a.sum())
+    t += 1
+    assert len(dev.exported) == 1
+    del t
+    assert len(dev.exported) == 0
+    b = np.zeros(4)                                     # a new runtime starts cleanly
+    with offload.target_data(offload.tofrom(b), device=0):
+        pass
+    assert offload.testing.state()["devices"][0] == {"mappings": 0, "allocations": 0}
+
+
+def test_views_outlive_the_mapping_in_every_order(rt):
+    """Several views and capsules of one mapping, dropped in every order around its
+    unmap: each block freed exactly once, when the last view goes."""
+    import itertools
+    for order in itertools.permutations(range(3)):
+        a = np.arange(32, dtype=np.int32)
+        offload.target_enter_data(offload.to(a), device=0)
+        holders = [np.from_dlpack(offload.device_array(a, 0)),
+                   offload.device_array(a, 0),
+                   offload.device_array(a[4:], 0).__dlpack__(max_version=(1, 0))]
+        offload.target_exit_data(offload.release(a), device=0)
+        for i in order:
+            holders[i] = None
+        assert len(_device0().exported) == 0, order
+        assert offload.testing.state()["devices"][0] == {"mappings": 0, "allocations": 0}
+
+
 def test_foreign_array_as_kernel_argument(rt, add_one):
     """A foreign device array (CUDA Array Interface) is a device pointer (is_device_ptr)."""
     n = 32

@@ -132,3 +132,29 @@ def test_pinned_reports_cuda_host(k):
         assert pin.__dlpack_device__() == (3, 0)       # kDLCUDAHost
         v = np.from_dlpack(pin)
         assert v.ctypes.data == a.ctypes.data and v.shape == a.shape
+
+
+@pytest.mark.parametrize("consumer", ["cupy_dlpack", "cupy_cai", "torch"])
+def test_consumers_tensor_outlives_the_mapping_and_the_runtime(k, consumer):
+    """Issue 28 item 4 with real consumers: the tensor keeps its device memory after the
+    mapping goes (the next mapping gets other memory) and after offload.shutdown() (the
+    context kept until the tensor goes; it was a fault)."""
+    if consumer == "torch" and torch is None:
+        pytest.skip("PyTorch is not installed")
+    a = np.arange(1 << 20, dtype=np.int32)
+    with offload.target_data(offload.to(a), device=0):
+        dv = offload.device_array(a, 0)
+        t = (cupy.from_dlpack(dv) if consumer == "cupy_dlpack" else cupy.asarray(dv)
+             if consumer == "cupy_cai" else torch.from_dlpack(dv))
+        del dv
+    b = np.zeros_like(a)
+    with offload.target_data(offload.tofrom(b), device=0):
+        ptr = t.data.ptr if consumer != "torch" else t.data_ptr()
+        assert offload.omp_get_mapped_ptr(b, 0) != ptr
+    offload.shutdown()
+    t += 1
+    total = int(t.sum())
+    assert total == int(a.astype(np.int64).sum()) + a.size
+    del t
+    import gc
+    gc.collect()

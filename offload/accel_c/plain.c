@@ -219,7 +219,8 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   uintptr_t tgt = 0;
   PyObject *blocks = NULL, *key = NULL;
   if (last) {                       /* the copy back and the free must be plain ones */
-    if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, PINNED) != Py_False ||
+    if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, VIEWS) != Py_None ||  /* exported */
+        SLOT(a, f, PINNED) != Py_False ||
         SLOT(a, f, OWNED) != Py_True || !as_addr(key = SLOT(a, f, TGT_BEGIN), &tgt) || !tgt ||
         (at = bisect_right(starts, p) - 1) < 0 || PyList_GET_ITEM(entries, at) != f ||
         !plain_copy(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))

@@ -21,6 +21,7 @@ from ..pinned import Kind, PinnedMap
 from ._libc import _ffi as _libc_ffi
 from ._libc import memmove
 from .args import GenericKernel, check_kernel_args, check_kernel_call, pack_scalar
+from .exported import ExportedBlocks
 from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .record_replay import Arena
@@ -68,6 +69,8 @@ class GenericDevice:
         self.queues = Queues(self)
         self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
         self.pool = DevicePool(plugin.device_pool_bytes)
+        #: blocks device_array views still use: freed only with their last view
+        self.exported = ExportedBlocks()
         # whether freed memory must wait for queued work before the pool hands it out
         self._wait_before_reuse = (type(self)._before_reuse_impl
                                    is not GenericDevice._before_reuse_impl)
@@ -360,6 +363,8 @@ class GenericDevice:
             del self._allocs[addr]
             self._alloc_starts = None
             size, kind = rec
+            if self.exported.adopt(addr, size, kind):
+                return size                             # freed with its last view
             if self.arena is not None and self.arena.holds(addr):
                 return size                             # the block is kept whole
             poolable = kind is AllocKind.DEVICE and size <= pool.limit
@@ -410,7 +415,8 @@ class GenericDevice:
                 del self._allocs[a]
             self._alloc_starts = sorted(self._allocs)
         for addr, (size, kind) in gone.items():
-            self._free_impl(addr, size, kind)
+            if not self.exported.adopt(addr, size, kind):     # else freed with its views
+                self._free_impl(addr, size, kind)
 
     # ---- images and kernels -------------------------------------------------
     def load(self, binary: Binary) -> Any:
@@ -847,11 +853,18 @@ class GenericPlugin(Generic[DeviceT]):
                     self._unlock_impl(d, e.host, e.size, last=owned and i == len(devs) - 1)
                 except OffloadError:
                     pass
+        waiting = False
         for dev in devices:
             dev.free_all((AllocKind.HOST,))
             dev.staging.close()
-            dev._deinit_impl()
-        self._deinit_impl()
+            # a device whose memory device_array views still use keeps its context until
+            # the last view goes (the plugin's own teardown is left to process exit then)
+            if dev.exported.defer(dev._deinit_impl):
+                waiting = True
+            else:
+                dev._deinit_impl()
+        if not waiting:
+            self._deinit_impl()
 
     def forget(self) -> None:
         """After fork(): drop every record without a driver call."""
