@@ -26,6 +26,8 @@ from bench._util import arguments, machine, plot, table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = ["Copy", "Mul", "Add", "Triad", "Dot"]
+_SCALE = {"MB": 1.0, "GB": 1e3, "TB": 1e6, "MiB": 1.048576, "GiB": 1073.741824,
+          "TiB": 1099511.627776}          # BabelStream's units, in MB
 
 
 def _cuda_home() -> str:
@@ -52,20 +54,22 @@ def build_cuda(d: str) -> None:
     """BabelStream's CUDA model, built with nvcc where the GPU is (NVML linked)."""
     s = os.path.join(d, "src")
     nvcc = shutil.which("nvcc") or os.path.join(_cuda_home(), "bin", "nvcc")
-    subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "-DCUDA", "-DGRID_STRIDE",
-                    f"-I{s}",
+    subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "--extended-lambda", "-DCUDA",
+                    "-DGRID_STRIDE", f"-I{s}",
                     f"-I{s}/cuda", f"{s}/main.cpp", f"{s}/cuda/CUDAStream.cu", "-lnvidia-ml",
                     "-o", os.path.join(d, "cuda-stream")], check=True)
 
 
 def run(exe: str, size: int, times: int, env: dict[str, str]) -> dict[str, float]:
-    """MB/s of each kernel (BabelStream's --csv: the best of `times` runs)."""
+    """MB/s of each kernel (BabelStream's --csv, whatever its unit: the best of `times`
+    runs)."""
     res = subprocess.run([exe, "-s", str(size), "-n", str(times), "--csv"],
                          capture_output=True, text=True, env=env, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"{exe} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     rows = csv.DictReader(io.StringIO(res.stdout[res.stdout.index("function"):]))
-    return {r["function"]: float(r["max_mbytes_per_sec"]) for r in rows}
+    col = next(c for c in rows.fieldnames or () if c.startswith("max_") and c.endswith("_per_sec"))
+    return {r["function"]: float(r[col]) * _SCALE[col[4:-8]] for r in rows}
 
 
 def main() -> None:
