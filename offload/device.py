@@ -79,11 +79,27 @@ class Device:
         """INVALID_VALUE when [addr, addr+size) starts inside one of this device's
         allocations and runs past its end (addresses we did not allocate are not checked)."""
         found = self.generic.containing(addr)
-        if found is not None and addr + size > found[0] + found[1]:
+        if found is None:
+            g = self.generic
+            if g.host_memory and not g.unified and not self._mapped_device_range(addr, size):
+                # beyond LLVM (whose host plugin copies and crashes): the host plugin
+                # knows every address it gave out
+                raise OffloadError(ErrorCode.INVALID_VALUE,
+                                   f"{what}: 0x{addr:x} ({size} bytes) is in no allocation "
+                                   f"and no mapping of device {self.number}; pass an address "
+                                   f"omp_target_alloc or omp_get_mapped_ptr gave for it")
+            return
+        if addr + size > found[0] + found[1]:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"{what}: {size} bytes at 0x{addr:x} run past the end of the "
                                f"{found[1]}-byte allocation at 0x{found[0]:x} on device "
                                f"{self.number}")
+
+    def _mapped_device_range(self, addr: int, size: int) -> bool:
+        """Whether [addr, addr+size) lies in the device copy of one mapping (associated
+        memory and declare target globals included)."""
+        return any(e.tgt_begin <= addr and addr + size <= e.tgt_begin + e.size
+                   for e in self.table.entries() if e.tgt_begin)
 
     def is_device_memory(self, addr: int) -> bool:
         return self.generic.allocation(addr) is not None

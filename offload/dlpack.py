@@ -184,10 +184,12 @@ _PLAIN = (np.ndarray, np.generic, int, float, bool, bytes, bytearray, memoryview
 
 
 def is_foreign(obj: Any) -> bool:
-    """Whether `obj` is a foreign device array (CUDA Array Interface, or DLPack on a GPU)."""
+    """Whether `obj` is a foreign device array (CUDA Array Interface, or DLPack on a GPU),
+    or offload's own device_array (`__offload_device_pointer__`, on any plugin)."""
     if isinstance(obj, _PLAIN) or obj is None:
         return False
-    if hasattr(type(obj), "__cuda_array_interface__"):
+    if hasattr(type(obj), "__offload_device_pointer__") or \
+            hasattr(type(obj), "__cuda_array_interface__"):
         return True
     try:
         return obj.__dlpack_device__()[0] in (KDL_CUDA, KDL_ROCM)
@@ -201,6 +203,9 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
     names has finished when this returns; the pointer is valid while `obj` lives."""
     if isinstance(obj, _PLAIN) or obj is None:
         return None
+    own = getattr(type(obj), "__offload_device_pointer__", None)
+    if own is not None:              # offload's own device_array, on any plugin
+        return own(obj)  # type: ignore[no-any-return]
     if hasattr(type(obj), "__cuda_array_interface__"):
         desc = obj.__cuda_array_interface__
         nbytes = math.prod(desc["shape"]) * np.dtype(desc["typestr"]).itemsize

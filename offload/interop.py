@@ -94,6 +94,11 @@ class DeviceArray:
         return capsule(self._layout, self._read_only, self,
                        max_version is not None and max_version[0] >= 1)
 
+    def __offload_device_pointer__(self) -> tuple[int, int]:
+        """(device address, bytes): a kernel argument or copy endpoint on any plugin."""
+        _wait_for_work(self)
+        return self.ptr, self.nbytes
+
     @property
     def __cuda_array_interface__(self) -> dict:
         if self.plugin != "cuda":

@@ -115,7 +115,12 @@ def _free(ptr: Any, device_num: Any, kind: AllocKind, name: str) -> None:
         if p == 0:
             return
         if dev is None:
-            _current().manager.initial_plugin().data_delete(0, p, kind)
+            host = _current().manager.initial_plugin()
+            if host.device(0).allocation(p) is None:
+                raise OffloadError(ErrorCode.NOT_FOUND,
+                                   f"{name}: 0x{p:x} is not memory {name.replace('free', 'alloc')} "
+                                   f"gave for the initial device ({_current().num_devices()})")
+            host.data_delete(0, p, kind)
         else:
             dev.free(p, kind)
     except OffloadError as exc:

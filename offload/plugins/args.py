@@ -157,6 +157,24 @@ def check_arguments(kernel: str, params: Sequence[Param], args: Sequence[Any]) -
                                f"kernel '{kernel}', parameter {i} ({p.decl}): {problem}")
 
 
+def _out_of_range(p: Param, a: int) -> str | None:
+    """Why integer `a` cannot be passed as `p` (a C char takes -128 to 255, as C converts
+    either signedness), None when it can."""
+    if p.pointer:
+        lo, hi = 0, 2**64 - 1
+    elif p.kind == "char":
+        lo, hi = -128, 255
+    elif p.kind in ("i", "u") and p.size:
+        bits = 8 * p.size
+        lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if p.kind == "i" else (0, (1 << bits) - 1)
+    else:
+        return None
+    if lo <= a <= hi:
+        return None
+    what = "a device address" if p.pointer else "an integer"
+    return f"expected {what} in [{lo}, {hi}], got {a}"
+
+
 def _shape(a: np.ndarray) -> str:
     return f"{a.dtype}[{', '.join(map(str, a.shape))}]"
 
@@ -167,7 +185,7 @@ def _misfit(p: Param, a: Any) -> str | None:
     if t is int:
         if not p.pointer and p.kind == "f":
             return f"expected a float, got int {a!r}; write {a!r}.0"
-        return None                        # integers and device addresses
+        return _out_of_range(p, a)         # integers and device addresses
     if t is np.ndarray:
         if not p.pointer:
             return f"expected a scalar, got an array {_shape(a)}"
@@ -185,7 +203,7 @@ def _misfit(p: Param, a: Any) -> str | None:
     if isinstance(a, (int, np.integer)):
         if not p.pointer and p.kind == "f":
             return f"expected a float, got int {a!r}; write float({a!r})"
-        return None
+        return _out_of_range(p, int(a))
     if isinstance(a, (float, np.floating)):
         if p.pointer:
             return f"expected an array or a device address (int), got float {a!r}"

@@ -54,6 +54,7 @@ class GenericDevice:
     #: device memory is host memory and a synchronous copy is a memcpy (the host plugin):
     #: MappingTable may then run its plain paths in C (offload/_accel.py)
     host_memory = False
+    unified = False                  # a program on it requires unified_shared_memory
 
     def __init__(self, plugin: GenericPlugin[Any], local_id: int):
         self.plugin = plugin
@@ -317,6 +318,7 @@ class GenericDevice:
 
     def omp_requires(self, flags: int) -> None:
         self._omp_requires_impl(flags)
+        self.unified = bool(flags & 0x8)        # requires unified_shared_memory
 
     # ---- allocations ------------------------------------------------------
     def alloc(self, size: int, kind: AllocKind) -> int:

@@ -23,7 +23,7 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..pinned import Kind
 from ._libc import dlopen_bytes, memmove, memset
-from .args import params_from_ctype
+from .args import check_arguments, params_from_ctype
 from .common import (
     AllocKind,
     GenericDevice,
@@ -95,8 +95,9 @@ class _PageLocks:
             err = _ffi.errno
             name = "mlock" if fn is _libc.mlock else "munlock"
             code = ErrorCode.OUT_OF_RESOURCES if name == "mlock" else ErrorCode.BACKEND_FAILURE
+            why = " or part of the range is not mapped" if name == "mlock" and err == 12 else ""
             raise OffloadError(code, f"{name}(0x{addr:x}, {size}) failed: {_errno_text(err)} "
-                                     f"(RLIMIT_MEMLOCK is {_memlock_limit()})")
+                                     f"(RLIMIT_MEMLOCK is {_memlock_limit()}{why})")
 
     def lock(self, host: int, size: int) -> None:
         lo, hi, edges = self._span(host, size)
@@ -107,7 +108,7 @@ class _PageLocks:
             self._call(_libc.mlock, lo, hi - lo)   # one call; relocking a page is harmless
         except BaseException:                      # every kind: the counts must go back
             _libc.munlock(lo + PAGE, max(0, hi - lo - 2 * PAGE))
-            self._drop(edges)
+            self._drop(edges, quiet=True)          # the mlock's failure is the one told
             raise
 
     def unlock(self, host: int, size: int) -> None:
@@ -116,7 +117,10 @@ class _PageLocks:
         self._call(_libc.munlock, lo + PAGE, max(0, hi - lo - 2 * PAGE))
         self._drop(edges)
 
-    def _drop(self, pages: list[int]) -> None:
+    def _drop(self, pages: list[int], quiet: bool = False) -> None:
+        """Edge pages' counts down; munlock those no entry shares any more (`quiet`: a
+        rollback, whose munlock of pages the failed mlock never locked may fail)."""
+        call = (lambda fn, addr, size: fn(addr, size)) if quiet else self._call
         with self._lock:
             free = []
             for p in pages:
@@ -127,10 +131,10 @@ class _PageLocks:
                 else:
                     self._refs[p] = n
             if len(free) == 2 and free[1] == free[0] + PAGE:
-                self._call(_libc.munlock, free[0], 2 * PAGE)    # adjacent: one call
+                call(_libc.munlock, free[0], 2 * PAGE)    # adjacent: one call
             else:
                 for p in free:
-                    self._call(_libc.munlock, p, PAGE)
+                    call(_libc.munlock, p, PAGE)
 
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
@@ -298,7 +302,15 @@ class HostDevice(GenericDevice):
             raise OffloadError(ErrorCode.NOT_FOUND,
                                f"kernel '{name}' is not defined in the image") from None
         ffi = program.ffi
-        ftype = ffi.typeof(fn)
+        try:
+            ftype = ffi.typeof(fn)
+        except TypeError:
+            ftype = None
+        if ftype is None or ftype.kind != "function":
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"kernel '{name}': the image's prototype "
+                               f"{binary.prototypes[name]!r} declares no function (a kernel "
+                               f"is a function)")
         params = [(t, t.kind == "pointer") for t in ftype.args]
         # the same function typed with integer addresses for its pointers: called with
         # the device addresses as they are, no cast per argument
@@ -310,12 +322,21 @@ class HostDevice(GenericDevice):
             except Exception:                # noqa: BLE001 - a type cffi cannot name
                 direct = None
         pointers = tuple(i for i, (_, p) in enumerate(params) if p)
-        return GenericKernel(name, (ffi, fn, direct, pointers), params,
+        # char parameters: cffi wants bytes of one; an int is converted as C converts it
+        chars = tuple(i for i, (t, p) in enumerate(params) if not p and t.cname == "char")
+        return GenericKernel(name, (ffi, fn, direct, pointers, chars), params,
                              binary.prototypes[name], params_from_ctype(ffi, ftype))
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
-        ffi, fn, direct, pointers = kernel.handle
+        ffi, fn, direct, pointers, chars = kernel.handle
+        if chars:
+            args = list(args)
+            for i in chars:
+                a = args[i] if i < len(args) else None
+                if isinstance(a, (int, np.integer)) and not isinstance(a, bool) and \
+                        -128 <= a <= 255:
+                    args[i] = bytes((int(a) & 0xFF,))
         try:
             if direct is not None and len(args) == len(kernel.params):
                 for i in pointers:
@@ -333,6 +354,8 @@ class HostDevice(GenericDevice):
             else:
                 fn(*conv)
         except (TypeError, OverflowError) as exc:
+            if kernel.types is not None:           # name the parameter, as the check does
+                check_arguments(kernel.name, kernel.types, args)
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"bad argument for kernel '{kernel.name}': {exc}") from None
 
