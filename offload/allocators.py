@@ -14,7 +14,7 @@ from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interop import DeviceArray, dl_device_of
 from .plugins.memory_pool import AllocKind
-from .runtime import Runtime, operation
+from .runtime import Runtime, keep_interrupt, operation
 from .runtime import current as _current
 
 __all__ = ["empty"]
@@ -139,6 +139,8 @@ def _unpin(rt: Runtime, dev: Device, addr: int) -> None:
         operation(dev.unlock)(addr)
     except OffloadError:
         pass                 # shut down meanwhile: the pin went with the runtime
+    except KeyboardInterrupt:
+        keep_interrupt()
 
 
 def _free(rt: Runtime, dev: Device, addr: int, kind: AllocKind) -> None:
@@ -149,3 +151,5 @@ def _free(rt: Runtime, dev: Device, addr: int, kind: AllocKind) -> None:
         operation(dev.free)(addr, kind)
     except OffloadError:
         pass                 # shut down meanwhile: the allocation went with the runtime
+    except KeyboardInterrupt:
+        keep_interrupt()

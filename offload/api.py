@@ -147,7 +147,7 @@ class target_data:
         # construct, each exit ending its own entry
         self._open: dict[int, list[_DataEntry]] = {}
 
-    @resource_operation(lambda td: td.__exit__(KeyboardInterrupt, None, None))
+    @resource_operation(lambda td, *_: td.__exit__(KeyboardInterrupt, None, None))
     def __enter__(self) -> target_data:
         rt = _current()
         dev = rt.construct_device(self._device)
@@ -567,7 +567,7 @@ class Pinned:
                 f"device {self.device}, {state}>")
 
 
-@resource_operation(lambda pin: pin.unlock())
+@resource_operation(lambda pin, *_, **__: pin.unlock())
 def lock(a: Any, device: int | None = None) -> Pinned:
     """Pin an array's memory for a device (`llvm_omp_target_lock_mem`, reference counted).
 

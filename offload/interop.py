@@ -21,7 +21,7 @@ from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
-from .runtime import omp_initial_device, operation
+from .runtime import omp_initial_device, operation, resource_operation
 
 _ffi = cffi.FFI()
 
@@ -295,7 +295,7 @@ class Event:
                 owner.event_destroy(self.event)
 
 
-@operation
+@resource_operation(lambda q, *_: q.close())
 def stream(device: int | None = None) -> Queue:
     """One of offload's queues on `device`, with a raw handle other libraries can queue
     work on (see Queue). The initial device gives a Queue with handle 0 on which

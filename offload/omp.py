@@ -22,7 +22,7 @@ from .dlpack import is_foreign
 from .errors import ErrorCode, OffloadError
 from .plugins.common import AllocKind, memmove
 from .runtime import current as _current
-from .runtime import omp_initial_device, omp_invalid_device, operation
+from .runtime import omp_initial_device, omp_invalid_device, operation, resource_operation
 from .runtime import torn_down as _torn_down
 
 OFFLOAD_SUCCESS = 0
@@ -130,15 +130,22 @@ def _free(ptr: Any, device_num: Any, kind: AllocKind, name: str) -> None:
 def _allocator(name: str, kind: AllocKind, what: str) -> Callable[[int, int], int]:
     def fn(size: int, device_num: int) -> int:
         return _alloc(size, device_num, kind, name)
+
+    def undo(p: int, size: Any, device_num: Any) -> None:   # the caller never got p
+        if p:
+            _free_op(p, device_num, kind, name.replace("alloc", "free"))
     fn.__name__ = fn.__qualname__ = name
-    fn = operation(fn)
+    fn = resource_operation(undo)(fn)
     fn.__doc__ = (f"Allocate `size` bytes of {what} for `device_num`; the address, or 0 "
                   f"(size <= 0, or an error line for a bad size or a failure).")
     return fn
 
 
+_free_op = operation(_free)
+
+
 def _deallocator(name: str, kind: AllocKind, what: str) -> Callable[[Any, int], None]:
-    guarded = operation(_free)
+    guarded = _free_op
 
     def fn(ptr: Any, device_num: int) -> None:
         if not _torn_down():                       # after teardown: a quiet no-op
@@ -440,7 +447,7 @@ def omp_target_is_accessible(ptr: Any, size: int, device_num: int) -> int:
 
 
 # ---- pinning (D139208) ---------------------------------------------------------------
-@operation
+@resource_operation(lambda got, ptr, size, device_num: got and _unlock_mem(ptr, device_num))
 def llvm_omp_target_lock_mem(ptr: Any, size: int, device_num: int) -> int:
     """Pin [ptr, ptr+size) for device_num (reference counted); the device-accessible
     address, or 0 after one error line."""

@@ -423,6 +423,12 @@ def _deliver_sigint() -> None:
         raise KeyboardInterrupt
 
 
+def keep_interrupt() -> None:
+    """A Ctrl-C delivered where it cannot propagate (a finalizer, whose exceptions Python
+    ignores) stays pending for the next operation instead of being lost."""
+    _Sigint.pending = True
+
+
 Interrupts.hook = _deliver_sigint           # long driver waits poll this
 
 SHUTDOWN_WAIT_S = 10.0            # how long shutdown waits for operations in flight
@@ -481,10 +487,11 @@ def operation(fn: F) -> F:
     return _operation_py(fn)
 
 
-def resource_operation(undo: Callable[[Any], None]) -> Callable[[F], F]:
-    """`operation` for a call that hands back a resource (a pin, an entered data region):
-    a Ctrl-C delivered as it returns, its work done, gives the resource back (`undo` of
-    what it returned) before the KeyboardInterrupt propagates, so the runtime never holds
+def resource_operation(undo: Callable[..., Any]) -> Callable[[F], F]:
+    """`operation` for a call that hands back a resource (a pin, an entered data region,
+    an allocation, a queue): a Ctrl-C delivered as it returns, its work done, gives the
+    resource back (`undo(what it returned, *its arguments)`) before the KeyboardInterrupt
+    propagates, so the runtime never holds
     what no caller got (with locked(a): pinned, and no __exit__ to unpin)."""
     def wrap(fn: F) -> F:
         got = threading.local()
@@ -503,7 +510,7 @@ def resource_operation(undo: Callable[[Any], None]) -> Callable[[F], F]:
             except KeyboardInterrupt:
                 if getattr(got, "done", False):
                     r, got.result, got.done = got.result, None, False
-                    undo(r)
+                    undo(r, *args, **kwargs)
                 raise
             finally:
                 got.result, got.done = None, False   # keeps nothing alive after the call

@@ -1,0 +1,200 @@
+"""Issue 28: a deterministic interrupt injector over the public operations and every
+context manager. A Ctrl-C is made pending (as offload's deferring SIGINT handler makes
+it) at the Nth call into the plugin, for every N a scenario reaches; the operation
+finishes and raises KeyboardInterrupt as it returns. Whatever N, the scenario's own
+cleanup of what it got back then leaves `offload.testing.state()` empty, nothing
+locked, and the runtime usable: an operation is never cut in half, and one that hands
+back a resource (a pin, an entered region, an allocation, a queue) gives it back when
+the interrupt comes as it returns, since its caller never got it."""
+import numpy as np
+import pytest
+
+import offload
+from offload import runtime as rtmod
+from offload.plugins.common import GenericPlugin
+from offload.testing import state
+from tests.conftest import vmlck_kb
+
+#: the plugin calls an interrupt may follow
+CHECKS = sorted(n for n in vars(GenericPlugin)
+                if n.startswith(("data_", "launch")) and callable(getattr(GenericPlugin, n)))
+
+
+class Injector:
+    """Counts plugin calls; makes a Ctrl-C pending after the `at`-th (0: never)."""
+
+    def __init__(self, monkeypatch, at):
+        self.at, self.calls = at, 0
+        for name in CHECKS:
+            real = getattr(GenericPlugin, name)
+            monkeypatch.setattr(GenericPlugin, name, self._wrap(real))
+
+    def _wrap(self, real):
+        def call(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.calls += 1
+                if self.calls == self.at:
+                    rtmod._Sigint.pending = True    # arrived while the call ran
+        return call
+
+
+def _locked(a, k, got):
+    with offload.locked(a, device=0):
+        offload.target(k.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)])
+
+
+def _pinned_with(a, k, got):
+    with offload.lock(a, device=0):
+        pass
+
+
+def _lock_unlock(a, k, got):
+    got["pin"] = offload.lock(a, device=0)
+    got.pop("pin").unlock()
+
+
+def _data_region(a, k, got):
+    with offload.target_data(offload.tofrom(a), device=0):
+        offload.target_update(to=[a], device=0)
+        offload.target(k.add_one, a, 0, a.size, device=0)
+
+
+def _enter_exit(a, k, got):
+    got["mapped"] = True
+    offload.target_enter_data(offload.to(a), device=0)
+    offload.target_update(from_=[a], device=0)
+    offload.target_exit_data(offload.from_(a), device=0)
+    got.pop("mapped")
+
+
+def _target_alloc(a, k, got):
+    got["ptr"] = offload.omp_target_alloc(a.nbytes, 0)
+    offload.omp_target_memcpy(got["ptr"], a, a.nbytes, 0, 0, 0,
+                              offload.omp_get_initial_device())
+    offload.omp_target_free(got.pop("ptr"), 0)
+
+
+def _llvm_lock(a, k, got):
+    got["llvm_pin"] = offload.llvm_omp_target_lock_mem(a, a.nbytes, 0)
+    offload.llvm_omp_target_unlock_mem(got.pop("llvm_pin"), 0)
+
+
+def _stream(a, k, got):
+    with offload.stream(0) as q:
+        offload.target(k.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)], stream=q)
+
+
+def _nowait(a, k, got):
+    offload.target(k.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)], nowait=True)
+    offload.taskwait()
+
+
+def _empty_array(a, k, got):
+    got["empty"] = offload.empty(a.size, a.dtype, device=0)
+    got.pop("empty")
+
+
+def _async_copies(a, k, got):
+    with offload.target_data(offload.alloc(a), device=0):
+        d = offload.omp_get_mapped_ptr(a, 0)
+        h = offload.memset_async(d, 0, a.nbytes, device=0)
+        h2 = offload.memcpy_async(d, a, a.nbytes, dst_device=0, depend=[h])
+        offload.host_task(lambda: None, depend=[h2]).wait()
+        offload.omp_target_memset(d, 1, 64, 0)
+        offload.target_update(from_=[a], device=0, nowait=True)
+        offload.taskwait()
+
+
+def _associate(a, k, got):
+    got["ptr"] = offload.omp_target_alloc(a.nbytes, 0)
+    offload.omp_target_associate_ptr(a, got["ptr"], a.nbytes, 0, 0)
+    offload.target(k.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)])
+    offload.omp_target_disassociate_ptr(a, 0)
+    offload.omp_target_free(got.pop("ptr"), 0)
+
+
+def _rect(a, k, got):
+    got["ptr"] = offload.omp_target_alloc(a.nbytes, 0)
+    host = offload.omp_get_initial_device()
+    offload.omp_target_memcpy_rect(got["ptr"], a, 4, 2, [64, 64], [0, 0], [0, 0], [64, 64],
+                                   [64, 64], 0, host)
+    offload.omp_target_free(got.pop("ptr"), 0)
+
+
+SCENARIOS = [_async_copies, _associate, _rect, _locked, _pinned_with, _lock_unlock, _data_region, _enter_exit, _target_alloc,
+             _llvm_lock, _stream, _nowait, _empty_array]
+
+
+def _cleanup(a, got):
+    """What a careful caller does after a KeyboardInterrupt: give back what it holds."""
+    offload.taskwait()
+    if "pin" in got:
+        got.pop("pin").unlock()
+    if got.pop("mapped", False) and offload.omp_target_is_present(a, 0):
+        offload.target_exit_data(offload.release(a), device=0)
+    if "ptr" in got:
+        if offload.omp_target_is_present(a, 0):            # still associated
+            offload.omp_target_disassociate_ptr(a, 0)
+        offload.omp_target_free(got.pop("ptr"), 0)
+    if got.get("llvm_pin"):
+        offload.llvm_omp_target_unlock_mem(got.pop("llvm_pin"), 0)
+    got.clear()
+
+
+def _assert_empty(where):
+    s = state()
+    assert all(d == {"mappings": 0, "allocations": 0} for d in s["devices"].values()), \
+        (where, s)
+    assert all(p["entries"] == 0 and p["locked_pages"] == 0 for p in s["pins"].values()), \
+        (where, s)
+    assert s["pending"] == 0, (where, s)
+    assert vmlck_kb() == 0, where
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.strip("_"))
+def test_an_interrupt_after_any_plugin_call_leaves_nothing(runtime, monkeypatch, add_one,
+                                                           scenario):
+    runtime()
+    a = np.zeros(1 << 14, dtype=np.int32)
+    at = 0
+    while True:              # at = 1, 2, ... until a run ends before the at-th call
+        at += 1
+        assert at < 200, "the scenario never ends"
+        inj = Injector(monkeypatch, at)
+        got: dict = {}
+        try:
+            scenario(a, add_one, got)
+        except KeyboardInterrupt:
+            assert inj.calls >= at, at          # only after the injection
+        finally:
+            rtmod._Sigint.pending = False
+            monkeypatch.undo()
+        _cleanup(a, got)
+        _assert_empty(f"interrupt after plugin call {at} (of {inj.calls})")
+        if inj.calls < at:
+            break
+    assert at > 1, "the scenario reached no plugin call"
+    with offload.locked(a, device=0):                       # the runtime still works
+        offload.target(add_one.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)])
+    _assert_empty("after")
+
+
+def test_an_interrupt_during_a_finalizers_free_is_not_lost(runtime, monkeypatch):
+    """An `empty` array's memory is freed by a finalizer; a Ctrl-C that arrives while it
+    frees cannot propagate there (Python ignores a finalizer's exceptions: it was lost),
+    so it stays pending and the next operation raises it."""
+    runtime()
+    e = offload.empty(1024, np.float64, device=0)
+    Injector(monkeypatch, 1)
+    try:
+        del e                                               # the free, interrupted
+        assert rtmod._Sigint.pending
+        with pytest.raises(KeyboardInterrupt):
+            offload.omp_get_num_devices()
+        assert not rtmod._Sigint.pending
+    finally:
+        rtmod._Sigint.pending = False
+        monkeypatch.undo()
+    _assert_empty("after")
