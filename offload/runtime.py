@@ -48,10 +48,20 @@ class Handle:
         self._thread = thread
         self.device = device
         self.event = event
+        self._pid = os.getpid()
+
+    def _inherited(self, what: str) -> None:
+        """A Handle a forked child inherited: its work runs in the parent, whose workers
+        the child does not have (a wait hung for ever)."""
+        if os.getpid() != self._pid:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               f"Handle.{what}: this work was started by process {self._pid} "
+                               f"before fork(); it runs there, and a forked child starts "
+                               f"with an empty runtime: start the work again in the child")
 
     def __del__(self) -> None:
         dev, ev = self.device, self.event
-        if ev is not None and dev is not None:
+        if ev is not None and dev is not None and os.getpid() == self._pid:
             try:
                 dev.event_destroy(ev)
             except Exception:                   # noqa: BLE001 - the runtime went first
@@ -62,6 +72,7 @@ class Handle:
         worker of the nowait pool that waits (a host task waiting on offload work, a
         dependence) lends its place meanwhile: the pool runs one more thread, so work
         queued behind the waiters still runs."""
+        self._inherited("wait")
         lent = not self._future.done() and _in_worker()
         if lent:
             self._owner.lend(1)
@@ -75,6 +86,7 @@ class Handle:
 
     def done(self) -> bool:
         """Whether the work has finished (successfully or not)."""
+        self._inherited("done")
         return self._future.done()
 
 

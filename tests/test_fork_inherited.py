@@ -38,3 +38,34 @@ def test_with_blocks_entered_before_a_fork_leave_quietly_in_the_child(runtime, a
     assert got == b"1", got
     assert (b == 0).all()                                   # the parent's copy back: zeros
     assert state()["devices"][0]["mappings"] == 0
+
+
+def test_a_handle_inherited_by_a_forked_child_names_the_fork(runtime):
+    """A nowait Handle still running at fork(): its work runs in the parent, whose
+    workers the child lacks, so h.wait() in the child hung for ever; it raises, naming
+    the fork, and the child's taskwait (its own empty runtime) returns."""
+    import threading
+    runtime()
+    release = threading.Event()
+    h = offload.host_task(lambda: release.wait(30) and 42)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = b"?"
+        try:
+            try:
+                h.wait()
+                out = b"W"
+            except offload.OffloadError as e:
+                out = b"1" if "before fork()" in str(e) else b"M"
+            offload.taskwait()
+        except BaseException:
+            out = b"E"
+        os.write(w, out)
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    release.set()
+    assert got == b"1", got
+    assert h.wait() == 42                                   # the parent's work is intact
