@@ -124,9 +124,11 @@ class target_data:
     Args:
         *maps: map clauses, or bare arrays (mapped `tofrom`).
         device: device number; None for the default device.
-        use_device_ptr, use_device_addr: arrays whose device address `d[a]` gives inside
+        use_device_ptr: arrays whose device address `d[a]` gives inside
             `with ... as d:` (the address of a's first byte in its mapping, LLVM's lookup;
             a's host address when that byte is not mapped, as OpenMP 5.1 says).
+        use_device_addr: the same, for `use_device_addr` (OpenMP's two clauses give the
+            same address for an array).
 
     Raises:
         OffloadError: as `target_enter_data`, on entry.
@@ -647,8 +649,9 @@ def devices() -> list[DeviceRecord]:
     """One record per offload device (the initial device not included).
 
     Example:
-        >>> [(d.number, d.plugin, d.name) for d in offload.devices()]
-        [(0, 'host', 'host CPU (x86_64)')]
+        >>> d = offload.devices()[0]
+        >>> d.number, d.plugin, d.name
+        (0, 'host', 'host CPU (x86_64)')
     """
     m = _current().manager
     out = []

@@ -211,12 +211,14 @@ def omp_target_memcpy(dst: Any, src: Any, length: int, dst_offset: int, src_offs
     """Copy `length` bytes between any two devices (the initial device included).
 
     Args:
-        dst, src: addresses (int) or contiguous arrays; an array is checked to hold the
-            bytes copied, and `dst` to be writeable.
+        dst: an address (int) or a contiguous array, checked to hold the bytes copied
+            and to be writeable.
+        src: an address (int) or a contiguous array, checked to hold the bytes copied.
         length: bytes to copy.
-        dst_offset, src_offset: byte offsets added to dst and src.
-        dst_device_num, src_device_num: device numbers (omp_get_initial_device() for
-            the host).
+        dst_offset: byte offset added to dst.
+        src_offset: byte offset added to src.
+        dst_device_num: dst's device number (omp_get_initial_device() for the host).
+        src_device_num: src's device number.
 
     Returns:
         0, or -1 after one error line (bad sizes or offsets, NULL, out of bounds,
