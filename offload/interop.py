@@ -160,6 +160,8 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            "device_array: the initial device holds the array itself")
     p, n = span(arr)
+    if n == 0:                          # nothing to view: an empty export, at NULL
+        return DeviceArray(0, arr, dev.number, dl_device_of(dev), dev.plugin.name)
     e = dev.table.lookup(p, max(n, 1))
     if e is None:
         raise OffloadError(ErrorCode.NOT_FOUND,

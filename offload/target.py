@@ -337,6 +337,10 @@ def kernel_arg(table: MappingTable, items: Sequence[MapItem], p: int, n: int) ->
         if it.size and it.host < p + max(n, 1) and p < it.host + it.size:
             e = table.lookup(it.host, it.size)
             break
+    if e is None and n == 0:            # a zero-size array: inside a mapping, or NULL, as
+        e = table.lookup(p, 1)          # LLVM's getTargetPointer gives an absent one
+        if e is None:
+            return 0
     if e is None:
         e = table.overlapping(p, n)
     if e is None:
