@@ -266,8 +266,29 @@ class Queue:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # dropped without close(): given back by the next stream() (not here: a
+        # finalizer may run where the device's queue lock is held)
+        if getattr(self, "_open", False) and self._owner is not None:
+            self._open = False
+            _DROPPED.append((self._owner, self.queue))
+
     def __repr__(self) -> str:
         return f"<offload.Queue 0x{self.handle:x} on device {self.device}>"
+
+
+#: (plugin device, queue) of Queues dropped unclosed; list.append and pop are atomic
+_DROPPED: list[tuple[Any, Any]] = []
+
+
+def _give_back_dropped() -> None:
+    while _DROPPED:
+        try:
+            owner, queue = _DROPPED.pop()
+        except IndexError:
+            return
+        with contextlib.suppress(OffloadError):      # its device went meanwhile
+            owner.release_queue(queue)
 
 
 Stream = Queue      # the name DESIGN §5 and the interop docs use
@@ -302,6 +323,7 @@ def stream(device: int | None = None) -> Queue:
     """One of offload's queues on `device`, with a raw handle other libraries can queue
     work on (see Queue). The initial device gives a Queue with handle 0 on which
     everything is complete at once."""
+    _give_back_dropped()
     dev = _current().device(device)
     if dev is None:
         return Queue(omp_initial_device, None, 0, None)

@@ -293,3 +293,18 @@ def test_waiters_of_dead_plugins_drop_out(rt):
     del p
     dlpack.foreign_pointer(CAIArray(64, (1,), np.int8, stream=8))
     assert calls == [7]
+
+
+def test_a_stream_dropped_unclosed_is_given_back(rt, add_one):
+    """A Queue dropped without close() goes back to its device (it was never given
+    back: one new queue, a CUDA stream on a GPU, per dropped Queue)."""
+    dev = offload.runtime.current().manager.get_device(0).generic
+    a = np.zeros(64, dtype=np.int32)
+    for _ in range(50):
+        q = offload.stream(0)
+        offload.target(add_one.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)],
+                       stream=q)
+        q.synchronize()
+        del q                                             # not closed
+    assert a[0] == 50
+    assert len(dev.queues.made) <= 2
