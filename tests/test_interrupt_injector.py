@@ -123,7 +123,20 @@ def _rect(a, k, got):
     offload.omp_target_free(got.pop("ptr"), 0)
 
 
-SCENARIOS = [_async_copies, _associate, _rect, _locked, _pinned_with, _lock_unlock, _data_region, _enter_exit, _target_alloc,
+def _queries_and_views(a, k, got):
+    offload.devices()
+    with offload.target_data(offload.tofrom(a), device=0):
+        assert offload.omp_target_is_present(a, 0)
+        offload.omp_target_is_accessible(a, a.nbytes, 0)
+        np.from_dlpack(offload.device_array(a, 0))[0] += 1
+        offload.ompx_dump_mapping_tables()
+        offload.target_enter_data(offload.to(a), device=0)
+        offload.target_exit_data(offload.delete(a), device=0)
+    offload.omp_set_default_device(0)
+    assert offload.omp_get_default_device() == 0
+
+
+SCENARIOS = [_queries_and_views, _async_copies, _associate, _rect, _locked, _pinned_with, _lock_unlock, _data_region, _enter_exit, _target_alloc,
              _llvm_lock, _stream, _nowait, _empty_array]
 
 
