@@ -569,7 +569,15 @@ def shutdown(timeout: float | None = None) -> None:
     SHUTDOWN_WAIT_S) for those in flight and for nowait work, then drain queues, free
     device memory, unpin, release contexts. Unlock and free after this are quiet no-ops;
     any other call starts a new runtime. Operations still running after the wait keep
-    their memory: the teardown is skipped and the process's exit releases it."""
+    their memory: the teardown is skipped and the process's exit releases it. Refused
+    (INVALID_VALUE) from one of offload's nowait workers: it would wait for itself."""
+    if threading.current_thread().name.startswith("offload-"):
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"shutdown() from offload's own thread "
+                           f"({threading.current_thread().name}: a host task, a nowait "
+                           f"region's or a queue's host function) would wait for itself to "
+                           f"finish; call it from the thread that started the work, after "
+                           f"waiting for it")
     with _process.lock:
         rt = _process.live
         if rt is None or rt.closing:

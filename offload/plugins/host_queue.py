@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ErrorCode, OffloadError
 from .common import Interrupts
 
 
@@ -76,7 +77,13 @@ class HostQueue:
             return not self._work and not self._busy
 
     def drain(self) -> None:
-        """Wait until everything queued has run; raise the first error it raised."""
+        """Wait until everything queued has run; raise the first error it raised. From
+        the queue's own thread (a host function waiting for its queue) that would never
+        happen: refused."""
+        if threading.current_thread() is self._thread:
+            raise OffloadError(ErrorCode.INVALID_VALUE,
+                               "a host function waited for its own queue (synchronize, or "
+                               "an operation on it): it would wait for itself")
         while True:
             with self._cond:
                 if not self._work and not self._busy:
