@@ -58,9 +58,26 @@ def _identity(resolved: str, mtime_ns: int, size: int) -> str:
                              timeout=60)
         version = out.stdout + out.stderr
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OffloadError(ErrorCode.UNSUPPORTED,
-                           f"C compiler {resolved!r} not runnable: {exc}") from None
+        raise _not_runnable(resolved, exc) from None
     return f"{resolved}\0{mtime_ns}\0{size}\0{version}"
+
+
+def _not_runnable(cc: str, exc: BaseException) -> OffloadError:
+    """Why the compiler could not be started; out of file descriptors or processes is
+    the machine's limit, named, not a missing compiler."""
+    import errno
+    import resource
+    code = getattr(exc, "errno", None)
+    if code in (errno.EMFILE, errno.ENFILE):
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                            f"cannot start the C compiler {cc!r}: out of file descriptors "
+                            f"(RLIMIT_NOFILE is {soft}): {exc}")
+    if code in (errno.EAGAIN, errno.ENOMEM):
+        return OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                            f"cannot start the C compiler {cc!r}: out of processes or memory: "
+                            f"{exc}")
+    return OffloadError(ErrorCode.UNSUPPORTED, f"C compiler {cc!r} not runnable: {exc}")
 
 
 def compiler_identity(cc: str) -> str:
@@ -78,8 +95,7 @@ def _run(cmd: list[str], what: str, stdin: str | None = None) -> str:
     try:
         res = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
     except OSError as exc:
-        raise OffloadError(ErrorCode.UNSUPPORTED,
-                           f"C compiler {cmd[0]!r} not runnable: {exc}") from None
+        raise _not_runnable(cmd[0], exc) from None
     if res.returncode != 0:
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"compile_c failed ({what}: {' '.join(cmd)}):\n{res.stderr.strip()}")
