@@ -97,6 +97,12 @@ def _run(cmd: list[str], what: str, stdin: str | None = None) -> str:
     except OSError as exc:
         raise _not_runnable(cmd[0], exc) from None
     if res.returncode != 0:
+        if "Too many open files" in res.stderr:      # the compiler ran out, not the source
+            import resource
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            raise OffloadError(ErrorCode.OUT_OF_RESOURCES,
+                               f"compile_c failed ({what}): out of file descriptors "
+                               f"(RLIMIT_NOFILE is {soft}):\n{res.stderr.strip()}")
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"compile_c failed ({what}: {' '.join(cmd)}):\n{res.stderr.strip()}")
     return res.stdout

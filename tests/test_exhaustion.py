@@ -24,7 +24,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (12, hard))
 try:
     offload.compile_c("void g(int *a) { a[0] = 7; }\n")
 except offload.OffloadError as e:
-    print(e.code.name, e.message)
+    print(e.code.name, e.message.splitlines()[0])
 resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
 m = offload.compile_c("void g(int *a) { a[0] = 7; }\n")
 offload.target(m.g, a, device=0, map=[offload.tofrom(a)])
@@ -38,7 +38,9 @@ def test_out_of_file_descriptors_names_rlimit_nofile(tmp_path):
     res = subprocess.run([sys.executable, "-c", FDS], capture_output=True, text=True,
                          env=env, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    first, then = res.stdout.splitlines()
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2, res.stdout
+    first, then = lines
     assert first.startswith("OUT_OF_RESOURCES") and "RLIMIT_NOFILE is 12" in first, first
     assert then == "then 7"
 
