@@ -136,7 +136,22 @@ def _queries_and_views(a, k, got):
     assert offload.omp_get_default_device() == 0
 
 
-SCENARIOS = [_queries_and_views, _async_copies, _associate, _rect, _locked, _pinned_with, _lock_unlock, _data_region, _enter_exit, _target_alloc,
+def _omp_async_and_images(a, k, got):
+    host = offload.omp_get_initial_device()
+    assert offload.omp_is_initial_device() and offload.omp_get_num_devices() >= 1
+    img = offload.load_image(k.binaries[0].data)
+    got["ptr"] = offload.omp_target_alloc(a.nbytes, 0)
+    offload.omp_target_memset_async(got["ptr"], 0, a.nbytes, 0)
+    offload.omp_target_memcpy_async(got["ptr"], a, a.nbytes, 0, 0, 0, host)
+    offload.omp_target_memcpy_rect_async(a, got["ptr"], 4, 2, [64, 64], [0, 0], [0, 0],
+                                         [64, 64], [64, 64], host, 0)
+    offload.taskwait()
+    offload.target(img.add_one, a, 0, a.size, device=0, map=[offload.tofrom(a)])
+    offload.wait_stream(offload.stream(0), device=0)
+    offload.omp_target_free(got.pop("ptr"), 0)
+
+
+SCENARIOS = [_omp_async_and_images, _queries_and_views, _async_copies, _associate, _rect, _locked, _pinned_with, _lock_unlock, _data_region, _enter_exit, _target_alloc,
              _llvm_lock, _stream, _nowait, _empty_array]
 
 
