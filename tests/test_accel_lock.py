@@ -46,7 +46,7 @@ def test_a_blocked_acquire_waits_for_the_holder_and_lets_others_run(make):
     t.start()
     assert not got.wait(0.2)                            # waits (and the GIL is free:
     lock.release()                                      # this thread ran meanwhile)
-    t.join(5)
+    t.join(60)
     assert got.is_set() and not lock.locked()
 
 
@@ -57,7 +57,7 @@ def test_a_condition_over_it_waits_and_is_notified(make):
 
     def waiter():
         with cond:
-            assert cond.wait_for(lambda: state, timeout=5)
+            assert cond.wait_for(lambda: state, timeout=60)
             state.append("woke")
     t = threading.Thread(target=waiter)
     t.start()
@@ -65,7 +65,7 @@ def test_a_condition_over_it_waits_and_is_notified(make):
     with cond:
         state.append("set")
         cond.notify_all()
-    t.join(5)
+    t.join(60)
     assert state == ["set", "woke"]
 
 

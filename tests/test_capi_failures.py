@@ -224,7 +224,8 @@ def test_a_child_forked_while_threads_offload_can_offload(tmp_path, ours):  # no
     takes the interpreter's lock around fork() (pthread_atfork) and the child starts with
     an empty runtime; LLVM 19 hangs in some children."""
     from tests.test_capi import run_on_ours
-    rc, out, err = run_on_ours(tmp_path, ours, "fork_threads_beyond_llvm.c.in")
+    rc, out, err = run_on_ours(tmp_path, ours, "fork_threads_beyond_llvm.c.in",
+                               PYTHONFAULTHANDLER="1")   # a hung child's stacks, if any
     assert (rc, out) == (0, "children that could not offload: 0 of 20; parent after: 2\n"), err
 
 

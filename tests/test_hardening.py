@@ -502,7 +502,7 @@ def test_delete_during_a_nowait_target_waits_for_its_kernel(rt, k):
     h = offload.target(k.spin, flag, device=0, nowait=True)
     dev_flag = offload.omp_get_mapped_ptr(flag, 0)
     table = offload.runtime.current().device(0).table
-    deadline = time.monotonic() + 10                   # the region has begun (OpenMP gives
+    deadline = time.monotonic() + 60                   # the region has begun (OpenMP gives
     while table.lookup(flag.ctypes.data, 4).busy == 0:  # no order without a dependence)
         assert time.monotonic() < deadline
         time.sleep(0.001)
@@ -513,7 +513,7 @@ def test_delete_during_a_nowait_target_waits_for_its_kernel(rt, k):
     assert offload.omp_target_memcpy(dev_flag, one, 4, 0, 0, 0,
                                      offload.omp_get_initial_device()) == 0
     h.wait()
-    deleter.join(10)
+    deleter.join(60)
     assert not deleter.is_alive() and totals() == (0, 0)
 
 
