@@ -17,6 +17,7 @@ from .interop import DeviceArray, Event, Queue, Stream, device_array, stream, wa
 from .mapping import MapType
 from .omp import *  # noqa: F403
 from .omp_async import *  # noqa: F403
+from .statistics import stats
 from .target import target
 
 try:
@@ -27,8 +28,8 @@ except _metadata.PackageNotFoundError:      # run from a source tree that was no
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "compile_openmp", "load_image", "target",
-           "DeviceArray", "Event", "Queue", "Stream", "device_array", "empty", "stream",
-           "wait_stream"]
+           "DeviceArray", "Event", "Queue", "Stream", "device_array", "empty", "stats",
+           "stream", "wait_stream"]
 
 # `offload.device` is not a function: keep the submodule out of sight (it stays importable
 # as offload.device) so `offload.device(n)` gets the hint below.

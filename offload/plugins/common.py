@@ -75,8 +75,11 @@ class GenericDevice:
         # whether freed memory must wait for queued work before the pool hands it out
         self._wait_before_reuse = (type(self)._before_reuse_impl
                                    is not GenericDevice._before_reuse_impl)
-        #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...'
-        self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0}
+        #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...';
+        #: of the unpinned, those through staging buffers ('to staged', 'from staged'); and
+        #: device-to-device copies from this device ('peer'). offload.stats() reads them.
+        self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0,
+                      "to staged": 0, "from staged": 0, "peer": 0}
 
     def accel_copier(self) -> tuple | None:
         """How offload/accel_c may make an update's copy in C on this device (see
@@ -711,6 +714,7 @@ class GenericPlugin(Generic[DeviceT]):
                 if q is not None:          # staging runs on queues of its own: what
                     dev._sync_impl(q)      # was enqueued before (a kernel) goes first
                 dev.staging.copy(to_device, tgt + off, host + off, n)
+                stats["to staged" if to_device else "from staged"] += n
             elif to_device:
                 dev._submit_impl(tgt + off, host + off, n, q, via)
             else:
@@ -764,6 +768,7 @@ class GenericPlugin(Generic[DeviceT]):
         if not pinned and stage is not None and nbytes >= stage:
             for p in planes:                         # packed on the host, moved 2-D
                 dev.staging.copy_rows(to_device, tgt + p, host + p, pitch, row, height)
+            dev.stats["to staged" if to_device else "from staged"] += nbytes
         else:
             with dev.queue() as q:
                 for p in planes:
@@ -779,8 +784,11 @@ class GenericPlugin(Generic[DeviceT]):
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:
-        return self.device(src_d)._exchange_impl(src, dst_plugin.device(dst_d), dst, size,
-                                                 queue)
+        dev = self.device(src_d)
+        done = dev._exchange_impl(src, dst_plugin.device(dst_d), dst, size, queue)
+        if done:
+            dev.stats["peer"] += size
+        return done
 
     def data_lock(self, d: int, host: int, size: int, owner: Any = None,
                   read_only: bool = False) -> int:

@@ -1,0 +1,92 @@
+"""offload.stats (issue 29): bytes by route, so a test can say which path a copy took and
+a change that drops a fast path fails without any timing. On the pitched recording
+double (staging from 256 KiB, like a GPU plugin): every entry sends a large unpinned
+buffer through staging and a pinned one directly; on the host plugin copies are memcpy."""
+import numpy as np
+import pytest
+
+import offload
+from offload import ErrorCode, OffloadError
+
+N = 1 << 20                           # past the recording double's 256 KiB staging threshold
+
+
+def _moves(fn, device=0):
+    before = offload.stats(device)
+    fn()
+    after = offload.stats(device)
+    return {way: {r: after[way][r] - before[way][r] for r in after[way]}
+            for way in ("to_device", "from_device")}
+
+
+def _entries(k):
+    """Each entry point moving the N-byte array `a` to the device and back."""
+    def data_region(a):
+        with offload.target_data(offload.tofrom(a), device=0):
+            pass
+
+    def region(a):
+        offload.target(k.add_one, a.view(np.int32), 0, 0, device=0,
+                       map=[offload.tofrom(a)])
+
+    def enter_exit(a):
+        offload.target_enter_data(offload.to(a), device=0)
+        offload.target_exit_data(offload.from_(a), device=0)
+
+    def updates(a):
+        offload.target_enter_data(offload.alloc(a), device=0)
+        offload.target_update(to=[a], device=0)
+        offload.target_update(from_=[a], device=0)
+        offload.target_exit_data(offload.release(a), device=0)
+
+    def nowait(a):
+        offload.target_enter_data(offload.to(a), device=0, nowait=True).wait()
+        offload.target_exit_data(offload.from_(a), device=0, nowait=True).wait()
+
+    def memcpy(a):
+        d = offload.omp_target_alloc(a.nbytes, 0)
+        host = offload.omp_get_initial_device()
+        assert offload.omp_target_memcpy(d, a, a.nbytes, 0, 0, 0, host) == 0
+        assert offload.omp_target_memcpy(a, d, a.nbytes, 0, 0, host, 0) == 0
+        offload.omp_target_free(d, 0)
+
+    def stream(a):
+        with offload.stream(0) as q:
+            offload.target(k.add_one, a.view(np.int32), 0, 0, device=0,
+                           map=[offload.tofrom(a)], stream=q)
+    return [data_region, region, enter_exit, updates, nowait, memcpy, stream]
+
+
+@pytest.mark.parametrize("entry", range(7))
+def test_a_large_unpinned_copy_is_staged_and_a_pinned_one_direct(runtime, add_one, entry):
+    runtime(OFFLOAD_PLUGINS="pitched")
+    fn = _entries(add_one)[entry]
+    a = np.zeros(N, np.uint8)
+    got = _moves(lambda: fn(a))
+    assert got["to_device"]["staged"] == N and got["from_device"]["staged"] == N, (fn, got)
+    assert got["to_device"]["pinned"] == got["from_device"]["pinned"] == 0
+    with offload.locked(a, device=0):
+        got = _moves(lambda: fn(a))
+    assert got["to_device"]["pinned"] == N and got["from_device"]["pinned"] == N, (fn, got)
+    assert got["to_device"]["staged"] == got["from_device"]["staged"] == 0
+
+
+def test_host_plugin_copies_are_memcpy(rt, add_one):
+    a = np.zeros(N, np.uint8)
+    for fn in _entries(add_one):
+        got = _moves(lambda fn=fn: fn(a))
+        assert got["to_device"]["host"] == N and got["from_device"]["host"] == N, (fn, got)
+        assert all(got[w][r] == 0 for w in got for r in ("pinned", "staged", "pageable"))
+
+
+def test_stats_shape_and_refusals(rt):
+    for d in (0, 1):                                              # both devices in use
+        offload.omp_target_free(offload.omp_target_alloc(8, d), d)
+    assert set(offload.stats()) == {0, 1}
+    one = offload.stats(0)
+    assert set(one) == {"bytes", "to_device", "from_device", "allocations"}
+    assert set(one["bytes"]) == {"pinned", "staged", "pageable", "host", "peer"}
+    assert all(type(v) is int for v in one["bytes"].values())
+    with pytest.raises(OffloadError) as e:
+        offload.stats(offload.omp_get_initial_device())
+    assert e.value.code is ErrorCode.INVALID_VALUE
