@@ -79,6 +79,9 @@ LLVM_LENIENT = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE",
                 "LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT")
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def _lenient(name: str) -> bool:
     return name in LLVM_LENIENT and bool(getattr(sys, "_offload_capi_owns_python", False))
 
@@ -96,10 +99,8 @@ def _enum(name: str, kind: type[E], default: E) -> E:
 
 
 def _enum_strict(name: str, kind: type[E], default: E, raw: str) -> E:
-    if kind is LockMapped and raw in ("1", "true", "yes"):
-        raw = "on"
-    if kind is LockMapped and raw in ("0", "false", "no"):
-        raw = "off"
+    if kind is LockMapped and raw in _TRUE + _FALSE:
+        raw = "on" if raw in _TRUE else "off"
     try:
         return kind(raw)
     except ValueError:
@@ -125,9 +126,6 @@ def _int(name: str, default: int, minimum: int = 0, maximum: int = 2**63 - 1) ->
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"{name}={value} is out of range [{minimum}, {maximum}]")
     return value
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def _bool(name: str, default: bool) -> bool:

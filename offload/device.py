@@ -81,7 +81,8 @@ class Device:
         found = self.generic.containing(addr)
         if found is None:
             g = self.generic
-            if g.host_memory and not g.unified and not self._mapped_device_range(addr, size):
+            known = not g.host_memory or g.unified or self.table.holds_device_range(addr, size)
+            if not known:
                 # beyond LLVM (whose host plugin copies and crashes): the host plugin
                 # knows every address it gave out
                 raise OffloadError(ErrorCode.INVALID_VALUE,
@@ -94,12 +95,6 @@ class Device:
                                f"{what}: {size} bytes at 0x{addr:x} run past the end of the "
                                f"{found[1]}-byte allocation at 0x{found[0]:x} on device "
                                f"{self.number}")
-
-    def _mapped_device_range(self, addr: int, size: int) -> bool:
-        """Whether [addr, addr+size) lies in the device copy of one mapping (associated
-        memory and declare target globals included)."""
-        return any(e.tgt_begin <= addr and addr + size <= e.tgt_begin + e.size
-                   for e in self.table.entries() if e.tgt_begin)
 
     def is_device_memory(self, addr: int) -> bool:
         return self.generic.allocation(addr) is not None

@@ -176,7 +176,7 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
         e.views = {}
     blocks = dev.generic.exported
     blocks.hold(e.tgt_begin)
-    weakref.finalize(view, blocks.release, e.tgt_begin, dev.generic._free_impl)
+    weakref.finalize(view, blocks.release, e.tgt_begin)
     return view
 
 

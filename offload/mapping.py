@@ -225,6 +225,13 @@ class MappingTable:
         with self._lock:
             return list(self._entries)
 
+    def holds_device_range(self, addr: int, size: int) -> bool:
+        """Whether device bytes [addr, addr+size) lie in one mapping's device copy
+        (associated memory and declare target globals included)."""
+        with self._lock:
+            return any(e.tgt_begin <= addr and addr + size <= e.tgt_begin + e.size
+                       for e in self._entries if e.tgt_begin)
+
     def dump(self, where: str | None = None) -> str:
         """The table as LLVM's dumpTargetPointerMappings prints it."""
         return dump_table(self.number, self.entries(), where or caller())

@@ -105,8 +105,9 @@ def _record_from_environment(rt: Any) -> None:
             size, 0, True, _on("LIBOMPTARGET_RR_SAVE_OUTPUT"))
 
 
-def fatal(msg: str) -> None:
-    sys.stderr.write(f"omptarget fatal error 1: {msg}\n")
+def fatal(msg: str, code: int = 1) -> None:
+    """LLVM's FATAL_MESSAGE: `omptarget fatal error CODE: msg`, then abort."""
+    sys.stderr.write(f"omptarget fatal error {code}: {msg}\n")
     sys.stderr.flush()
     os.abort()
 
@@ -180,10 +181,7 @@ def device(dev: int, construct: bool = True) -> Any:
         if n == rt._count or n == omp.omp_initial_device or (construct and _disabled):
             return None
         if construct:                          # LLVM 19's checkDeviceAndCtors
-            sys.stderr.write(f"omptarget fatal error {n}: Device number '{n}' out of range, "
-                             f"only {rt._count} devices available\n")
-            sys.stderr.flush()
-            os.abort()
+            fatal(f"Device number '{n}' out of range, only {rt._count} devices available", n)
         return rt.device(n)                    # raises: not a device number
     d = rt.manager.get_device(n)
     seen = _loaded.get(id(d))

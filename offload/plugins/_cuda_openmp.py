@@ -15,15 +15,16 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
+from . import launch_geometry
 from ._cuda_driver import ffi
 from .common import AllocKind
+from .launch_geometry import EXEC_GENERIC, EXEC_GENERIC_SPMD, EXEC_SPMD, GridValues
 
 CUDADevice = Any                   # plugins.cuda.CUDADevice (a layer above this module)
 WARP = 32
-DEFAULT_THREADS = 128              # LLVM's default block size for NVIDIA GPUs
+DEFAULT_THREADS = 128              # LLVM's GV_Default_WG_Size for NVPTX
 DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
-EXEC_GENERIC, EXEC_SPMD, EXEC_GENERIC_SPMD = 1, 2, 3
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
 
@@ -155,53 +156,14 @@ def kernel_environment(dev: CUDADevice, program: Any, name: str) -> KernelEnviro
 def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_limit: int,
              tripcount: int, kernel_max: int = 1024,
              config: Config | None = None) -> tuple[int, int]:
-    """(blocks, threads per block) as LLVM 19's getNumThreads and getNumBlocks choose them
-    (offload/test/offloading/high_trip_count_block_limit.cpp). Threads: the thread_limit
-    clause (plus a warp for the main thread in generic mode) or the default, capped by
-    the kernel (its MaxThreads, its registers: `kernel_max`) and OMP_TEAMS_THREAD_LIMIT.
-    Blocks: the num_teams clause; else for a combined SPMD loop one thread per iteration,
-    fewer threads per block (down to LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT) when
-    that gives fewer than the default team count; for a teams loop one block per
-    iteration; at most the default team count (3200 on NVPTX) unless
-    LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT is false; never past the grid limit or
-    OMP_NUM_TEAMS. A target region without teams (num_teams < 0) is one block."""
-    cfg = config if config is not None else dev.plugin.config
-    max_threads = min(dev.max_block, kernel_max)
-    if env.max_threads > 0:
-        max_threads = min(max_threads, env.max_threads)
-    if cfg.teams_thread_cap > 0:
-        max_threads = min(max_threads, cfg.teams_thread_cap)
-    from_user = thread_limit > 0
-    if from_user:
-        threads = thread_limit + (WARP if env.exec_mode == EXEC_GENERIC else 0)
-    else:
-        threads = DEFAULT_THREADS + (WARP if env.exec_mode == EXEC_GENERIC else 0)
-    threads = max(1, min(threads, max_threads))
-    block_limit = dev.max_grid
-    if cfg.num_teams_cap > 0:
-        block_limit = min(block_limit, cfg.num_teams_cap)
-    if env.max_teams > 0:
-        block_limit = min(block_limit, env.max_teams)
-    if num_teams > 0:
-        return max(1, min(num_teams, block_limit)), threads
-    if num_teams < 0:
-        return 1, threads
-    blocks = None
-    if tripcount > 0 and env.exec_mode == EXEC_SPMD:
-        low = min(cfg.min_threads_low_trip, threads)
-        if tripcount >= DEFAULT_TEAMS * threads or from_user:
-            pass                                    # enough for teams and threads
-        elif tripcount >= DEFAULT_TEAMS * low:      # enough teams: fewer threads, whole warps
-            per_block = -(-tripcount // DEFAULT_TEAMS)
-            threads = min(threads, 1 << (per_block - 1).bit_length())
-        else:                                       # too few for either: both cut
-            threads = max(1, low)
-        blocks = (tripcount - 1) // threads + 1
-    elif tripcount > 0:
-        blocks = tripcount                          # one team per distribute iteration
-    if blocks is None or cfg.reuse_blocks:
-        blocks = DEFAULT_TEAMS if blocks is None else min(blocks, DEFAULT_TEAMS)
-    return max(1, min(blocks, block_limit)), threads
+    """(blocks, threads per block) by LLVM 19's rule (plugins/launch_geometry.py) with
+    NVPTX's grid values, this device's limits and the kernel's (its environment, and
+    `kernel_max`: what its registers allow)."""
+    gv = GridValues(WARP, DEFAULT_THREADS, DEFAULT_TEAMS, min(dev.max_block, kernel_max),
+                    dev.max_grid)
+    return launch_geometry.geometry(
+        gv, config if config is not None else dev.plugin.config, env.exec_mode,
+        env.max_threads, env.max_teams, num_teams, thread_limit, tripcount)
 
 
 _PRINTS: dict[str, bool] = {}        # image digest -> whether it calls vprintf

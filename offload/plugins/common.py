@@ -71,7 +71,7 @@ class GenericDevice:
         self.staging = Staging(self, plugin.staging_chunk, plugin.staging_lanes)
         self.pool = DevicePool(plugin.device_pool_bytes)
         #: blocks device_array views still use: freed only with their last view
-        self.exported = ExportedBlocks()
+        self.exported = ExportedBlocks(self._free_impl)
         # whether freed memory must wait for queued work before the pool hands it out
         self._wait_before_reuse = (type(self)._before_reuse_impl
                                    is not GenericDevice._before_reuse_impl)

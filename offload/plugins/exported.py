@@ -17,7 +17,8 @@ class ExportedBlocks:
     """One device's exported blocks: live views by block address, blocks freed while
     viewed (address -> size, kind), and the teardown left until they go."""
 
-    def __init__(self) -> None:
+    def __init__(self, free: Free) -> None:
+        self._free = free                  # the device's own free (no pool, no record)
         self._lock = threading.Lock()
         self._views: dict[int, int] = {}
         self._orphans: dict[int, tuple[int, AllocKind]] = {}
@@ -28,9 +29,9 @@ class ExportedBlocks:
         with self._lock:
             self._views[addr] = self._views.get(addr, 0) + 1
 
-    def release(self, addr: int, free: Free) -> None:
+    def release(self, addr: int) -> None:
         """A view of `addr` is gone: the last one frees the block if it was freed
-        meanwhile (through `free`), and then the device's teardown, if it waited."""
+        meanwhile, and then the device's teardown, if it waited."""
         with self._lock:
             n = self._views.pop(addr, 1) - 1
             if n > 0:
@@ -42,7 +43,7 @@ class ExportedBlocks:
                 self._finish = None
         try:
             if orphan is not None:
-                free(addr, *orphan)
+                self._free(addr, *orphan)
         finally:
             if finish is not None:
                 finish()
