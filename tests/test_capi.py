@@ -197,15 +197,16 @@ def test_compile_openmp_shares_the_python_runtime(runtime):
         m.nope()
 
 
-def run_on_ours(tmp_path, ours, name, **env):
+def run_on_ours(tmp_path, ours, name, *args, **env):
     """Build tests/capi/`name` (a program LLVM 19 gets wrong, so it runs on offload's
-    runtime alone) and run it there (with `env` added): (exit status, stdout, stderr)."""
+    runtime alone) and run it there with `args` (and `env` added): (exit status, stdout,
+    stderr)."""
     cxx = name.endswith(".cpp.in")
     exe = tmp_path / name.split(".")[0]
     subprocess.run([CLANGXX if cxx else CLANG, *TARGET, "-O1", "-x", "c++" if cxx else "c",
                     os.path.join(HERE, "capi", name), "-o", str(exe)], check=True,
                    capture_output=True)
-    return run(str(exe), f"{ours}:{LLVM_LIB}", **env)
+    return run(str(exe), f"{ours}:{LLVM_LIB}", *args, **env)
 
 
 def test_strided_update_where_llvm_drops_elements(tmp_path, ours):

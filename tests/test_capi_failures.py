@@ -220,13 +220,52 @@ def test_recording_never_follows_a_planted_symlink(built, ours, tmp_path):  # no
 
 def test_a_child_forked_while_threads_offload_can_offload(tmp_path, ours):  # noqa: F811
     """fork_threads_beyond_llvm.c.in: 20 forks, each while three threads run target
-    regions; every child runs a region of its own and the parent one after. The library
+    regions (the first while they start the runtime); every child runs a region of its
+    own and the parent one after. The library
     takes the interpreter's lock around fork() (pthread_atfork) and the child starts with
     an empty runtime; LLVM 19 hangs in some children."""
     from tests.test_capi import run_on_ours
     rc, out, err = run_on_ours(tmp_path, ours, "fork_threads_beyond_llvm.c.in",
                                PYTHONFAULTHANDLER="1")   # a hung child's stacks, if any
     assert (rc, out) == (0, "children that could not offload: 0 of 20; parent after: 2\n"), err
+
+
+def test_a_child_forked_while_the_runtime_starts_can_offload(tmp_path, ours):  # noqa: F811
+    """fork_during_start_beyond_llvm.c.in: three threads start the runtime (their first
+    construct loads the plugins' modules) and the main thread forks 0-40 ms later, one
+    process per delay, so that some fork lands while another thread imports a module
+    (an import lock held at the fork stayed held in the child: its first construct
+    hung). The fork waits until no other thread is importing; every child offloads."""
+    from tests.test_capi import run_on_ours
+    rc, out, err = run_on_ours(tmp_path, ours, "fork_during_start_beyond_llvm.c.in", "0",
+                               PYTHONFAULTHANDLER="1")   # a hung child's stacks, if any
+    assert (rc, out) == (0, "child: offloaded; threads: 1 1 1\n"), err
+    exe = str(tmp_path / "fork_during_start_beyond_llvm")
+    failed = []
+    for delay_us in range(1000, 41000, 2000):
+        rc, out, err = run(exe, f"{ours}:{LLVM_LIB}", str(delay_us), PYTHONFAULTHANDLER="1")
+        if (rc, out) != (0, "child: offloaded; threads: 1 1 1\n"):
+            failed.append((delay_us, rc, out, err))
+    assert not failed, failed
+
+
+def test_pythonfaulthandler_reaches_the_library_interpreter(tmp_path, ours):  # noqa: F811
+    """The library's interpreter is isolated (it reads no PYTHON* variable), but
+    PYTHONFAULTHANDLER, a debugging aid, is honoured: a program that aborts after a
+    construct prints the library threads' Python stacks when it is set, and not else."""
+    import subprocess
+
+    from tests.test_capi import CLANG, TARGET
+    src = tmp_path / "aborts.c"
+    src.write_text("#include <stdlib.h>\nint main(void) {\n  int a = 1;\n"
+                   "#pragma omp target map(tofrom : a)\n  a += 1;\n  abort();\n}\n")
+    subprocess.run([CLANG, *TARGET, "-O1", str(src), "-o", str(tmp_path / "aborts")],
+                   check=True, capture_output=True)
+    for value, printed in (("1", True), ("", False)):
+        rc, _, err = run(str(tmp_path / "aborts"), f"{ours}:{LLVM_LIB}",
+                         PYTHONFAULTHANDLER=value)
+        assert rc == -6, err
+        assert ("Fatal Python error: Aborted" in err) is printed, (value, err)
 
 
 def test_a_lock_past_the_memlock_limit_on_the_host_returns_the_pointer(built, ours):  # noqa: F811

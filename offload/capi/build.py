@@ -95,16 +95,53 @@ _PREAMBLE = r"""
 #include <stddef.h>
 #include <stdbool.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
 static const char *const offload_paths[] = { %s NULL };
 
 /* fork() in a C program while other threads run in the library's interpreter: the forking
    thread takes the GIL first (no other thread holds it, or the interpreter's own locks,
    at the fork), and the child gives the interpreter its after-fork treatment (the
-   runtime's hooks: the child starts with an empty runtime), as os.fork does. */
+   runtime's hooks: the child starts with an empty runtime), as os.fork does. A module
+   another thread is importing at the fork (a plugin, while the runtime starts) would
+   stay locked for ever in the child, so the fork waits, a bounded time, until no other
+   thread holds an import's lock: the check is C with the GIL and the import lock held
+   through to the fork, so no import can begin in between. */
+static PyObject *offload_module_locks;     /* importlib's: module name -> weakref(lock) */
+static int offload_importing_elsewhere(void) {
+    if (offload_module_locks == NULL)
+        return 0;
+    unsigned long me = PyThread_get_thread_ident();
+    Py_ssize_t pos = 0;
+    PyObject *name, *ref;
+    while (PyDict_Next(offload_module_locks, &pos, &name, &ref)) {
+        PyObject *lock = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : ref;
+        if (lock == NULL || lock == Py_None)
+            continue;
+        PyObject *owner = PyObject_GetAttrString(lock, "owner");
+        if (owner == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int other = PyLong_Check(owner) && PyLong_AsUnsignedLong(owner) != me;
+        Py_DECREF(owner);
+        if (other)
+            return 1;
+    }
+    return 0;
+}
 static PyGILState_STATE offload_fork_gil;
 static void offload_before_fork(void) {
     offload_fork_gil = PyGILState_Ensure();
-    PyOS_BeforeFork();
+    for (int waited_ms = 0;; waited_ms++) {
+        PyOS_BeforeFork();
+        if (waited_ms >= 10000 || !offload_importing_elsewhere())
+            break;                    /* (an import stuck 10 s: fork as the program asks) */
+        PyOS_AfterFork_Parent();
+        Py_BEGIN_ALLOW_THREADS
+        usleep(1000);
+        Py_END_ALLOW_THREADS
+    }
 }
 static void offload_after_fork_parent(void) {
     PyOS_AfterFork_Parent();
@@ -113,6 +150,16 @@ static void offload_after_fork_parent(void) {
 static void offload_after_fork_child(void) {
     PyOS_AfterFork_Child();
     PyGILState_Release(offload_fork_gil);
+}
+static void offload_watch_imports(void) {
+    PyObject *bootstrap = PyImport_ImportModule("_frozen_importlib");
+    if (bootstrap != NULL) {
+        offload_module_locks = PyObject_GetAttrString(bootstrap, "_module_locks");
+        Py_DECREF(bootstrap);
+        if (offload_module_locks != NULL && !PyDict_Check(offload_module_locks))
+            Py_CLEAR(offload_module_locks);
+    }
+    PyErr_Clear();
 }
 
 __attribute__((constructor)) static void offload_start_python(void) {
@@ -130,6 +177,10 @@ __attribute__((constructor)) static void offload_start_python(void) {
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;
+    /* the isolated configuration reads no PYTHON* variable; this one is a debugging aid
+       a C program's user sets to see where its threads are (a hang, a crash) */
+    const char *fh = getenv("PYTHONFAULTHANDLER");
+    config.faulthandler = fh != NULL && *fh != '\0';
     config.module_search_paths_set = 1;
     for (const char *const *p = offload_paths; *p; ++p) {
         wchar_t *w = Py_DecodeLocale(*p, NULL);
@@ -144,6 +195,7 @@ __attribute__((constructor)) static void offload_start_python(void) {
         return;                       /* cffi reports it at the first call */
     /* tell the exports the interpreter is the library's own (a C program) */
     PyRun_SimpleString("import sys; sys._offload_capi_owns_python = True");
+    offload_watch_imports();
     pthread_atfork(offload_before_fork, offload_after_fork_parent, offload_after_fork_child);
     PyEval_SaveThread();              /* let any thread take the GIL */
 }
