@@ -63,15 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t0
 
     ok = np.array_equal(a, expect) and (pinned is None or not pinned.locked)
-    dev = None if initial else offload.runtime.current().manager.get_device(device)
-    where = f"device {device} ({dev.plugin.name})" if dev else "the initial device (host)"
+    info = None if initial else offload.devices()[device]
+    where = f"device {device} ({info.plugin})" if info else "the initial device (host)"
     print(f"prelock on {where}: {n} ints, {elapsed * 1e3:.2f} ms"
           f"{'' if pinned is not None else ' (nothing pinned)'}")
-    if dev is not None:
-        s = dev.stats
-        print(f"  host->device: {s['to pinned']} bytes pinned, {s['to unpinned']} bytes unpinned")
-        print(f"  device->host: {s['from pinned']} bytes pinned, "
-              f"{s['from unpinned']} bytes unpinned")
+    if info is not None:
+        s = offload.stats(device)           # bytes by route: pinned ones went directly
+        for way, arrow in (("to_device", "host->device"), ("from_device", "device->host")):
+            r = s[way]
+            print(f"  {arrow}: {r['pinned']} bytes pinned, "
+                  f"{r['staged'] + r['pageable'] + r['host']} bytes unpinned")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -11,26 +11,36 @@ from .runtime import operation
 ROUTES = ("pinned", "staged", "pageable", "host", "peer")
 
 
-def _routes(generic: Any) -> dict[str, dict[str, int]]:
+def _routes(generic: Any, suffix: str = "") -> dict[str, dict[str, int]]:
+    """By direction, the route counters (bytes; operations with suffix " ops")."""
     s = generic.stats
     unpinned_kind = "host" if generic.host_memory else "pageable"
     out = {}
     for way, word in (("to_device", "to"), ("from_device", "from")):
-        staged = s[f"{word} staged"]
+        staged = s[f"{word} staged{suffix}"]
         r = dict.fromkeys(ROUTES, 0)
-        r["pinned"] = s[f"{word} pinned"]
+        r["pinned"] = s[f"{word} pinned{suffix}"]
         r["staged"] = staged
-        r[unpinned_kind] = s[f"{word} unpinned"] - staged
+        r[unpinned_kind] = s[f"{word} unpinned{suffix}"] - staged
         out[way] = r
     return out
 
 
+def _total(ways: dict[str, dict[str, int]], peer: int) -> dict[str, int]:
+    total = {r: ways["to_device"][r] + ways["from_device"][r] for r in ROUTES}
+    total["peer"] = peer
+    return total
+
+
 def _one(dev: Any) -> dict[str, Any]:
     g = dev.generic
-    ways = _routes(g)
-    total = {r: ways["to_device"][r] + ways["from_device"][r] for r in ROUTES}
-    total["peer"] = g.stats["peer"]
-    return {"bytes": total, **ways, "allocations": g.live_allocations()}
+    ways, ops = _routes(g), _routes(g, " ops")
+    pins = [e for e in dev.plugin.pinned.entries() if e.count.get(dev.local_id)]
+    return {"bytes": _total(ways, g.stats["peer"]), **ways,
+            "operations": _total(ops, g.stats["peer ops"]),
+            "operations_by_direction": ops,
+            "allocations": g.live_allocations(), "pool_hits": g.stats["pool hits"],
+            "pins": {"entries": len(pins), "bytes": sum(e.size for e in pins)}}
 
 
 @operation
@@ -39,7 +49,10 @@ def stats(device: int | None = None) -> dict[Any, Any]:
     number): bytes moved by route (`pinned`: from pinned host memory directly; `staged`:
     through staging buffers; `pageable`: a driver copy from pageable memory; `host`: a
     memcpy, on the host plugin; `peer`: to another device), in all (`bytes`) and by
-    direction (`to_device`, `from_device`), and live allocations. Plain numbers.
+    direction (`to_device`, `from_device`); the copy operations by the same routes
+    (`operations`, and `operations_by_direction`); live allocations; allocations the
+    device-memory pool served (`pool_hits`); and the pinned ranges this device uses
+    (`pins`: `entries`, `bytes`). Plain numbers.
 
     Example:
         >>> routes = offload.stats(0)["bytes"]     # e.g. routes['staged']

@@ -11,10 +11,14 @@ from offload import ErrorCode, OffloadError
 N = 1 << 20                           # past the recording double's 256 KiB staging threshold
 
 
-def _moves(fn, device=0):
+def _moves(fn, device=0, what=None):
+    """What `fn` moved on `device` by direction and route: bytes, or with
+    what="operations_by_direction" the operations."""
     before = offload.stats(device)
     fn()
     after = offload.stats(device)
+    if what is not None:
+        before, after = before[what], after[what]
     return {way: {r: after[way][r] - before[way][r] for r in after[way]}
             for way in ("to_device", "from_device")}
 
@@ -84,9 +88,67 @@ def test_stats_shape_and_refusals(rt):
         offload.omp_target_free(offload.omp_target_alloc(8, d), d)
     assert set(offload.stats()) == {0, 1}
     one = offload.stats(0)
-    assert set(one) == {"bytes", "to_device", "from_device", "allocations"}
+    assert set(one) == {"bytes", "to_device", "from_device", "allocations", "operations",
+                        "operations_by_direction", "pool_hits", "pins"}
+    assert set(one["operations"]) == set(one["bytes"])
+    assert set(one["pins"]) == {"entries", "bytes"}
     assert set(one["bytes"]) == {"pinned", "staged", "pageable", "host", "peer"}
     assert all(type(v) is int for v in one["bytes"].values())
     with pytest.raises(OffloadError) as e:
         offload.stats(offload.omp_get_initial_device())
     assert e.value.code is ErrorCode.INVALID_VALUE
+
+
+@pytest.mark.parametrize("entry", range(7))
+def test_operations_are_counted_by_route(runtime, add_one, entry):
+    """Each entry's copies counted as operations on the route their bytes took: the
+    N-byte staged copy is one operation each way, a pinned one one direct operation."""
+    runtime(OFFLOAD_PLUGINS="pitched")
+    fn = _entries(add_one)[entry]
+    a = np.zeros(N, np.uint8)
+    ops = _moves(lambda: fn(a), what="operations_by_direction")
+    assert ops["to_device"]["staged"] == ops["from_device"]["staged"] == 1, (fn, ops)
+    assert ops["to_device"]["pinned"] == ops["from_device"]["pinned"] == 0
+    with offload.locked(a, device=0):
+        ops = _moves(lambda: fn(a), what="operations_by_direction")
+    assert ops["to_device"]["pinned"] == ops["from_device"]["pinned"] == 1, (fn, ops)
+    assert ops["to_device"]["staged"] == ops["from_device"]["staged"] == 0
+
+
+def test_host_plugin_operations_and_totals_agree(rt):
+    a = np.zeros(4096, np.uint8)
+    before = offload.stats(0)
+    for _ in range(3):
+        with offload.target_data(offload.tofrom(a), device=0):
+            pass
+    after = offload.stats(0)
+    assert after["operations"]["host"] - before["operations"]["host"] == 6
+    assert after["bytes"]["host"] - before["bytes"]["host"] == 6 * a.nbytes
+    ways = after["operations_by_direction"]
+    assert after["operations"]["host"] == ways["to_device"]["host"] + ways["from_device"]["host"]
+
+
+def test_pool_hits_count_reused_device_memory(rt):
+    """A freed block goes to the device pool; the next map of the same size takes it
+    (through the C fast path as through the Python one) and counts a pool hit."""
+    a = np.zeros(4096, np.uint8)
+    with offload.target_data(offload.tofrom(a), device=0):
+        pass
+    hits = offload.stats(0)["pool_hits"]
+    for i in range(3):
+        with offload.target_data(offload.tofrom(a), device=0):
+            pass
+        assert offload.stats(0)["pool_hits"] == hits + i + 1
+    d = offload.omp_target_alloc(a.nbytes, 0)       # the same size again, another entry
+    assert offload.stats(0)["pool_hits"] == hits + 4
+    offload.omp_target_free(d, 0)
+
+
+def test_pins_are_the_ranges_this_device_uses(rt):
+    a = np.zeros(1 << 16, np.uint8)
+    assert offload.stats(0)["pins"] == {"entries": 0, "bytes": 0}
+    with offload.locked(a, device=0):
+        assert offload.stats(0)["pins"] == {"entries": 1, "bytes": a.nbytes}
+        offload.omp_target_free(offload.omp_target_alloc(8, 1), 1)   # device 1 in use
+        assert offload.stats(1)["pins"] == {"entries": 0, "bytes": 0}  # pinned for 0 only
+    assert offload.stats(0)["pins"] == {"entries": 0, "bytes": 0}

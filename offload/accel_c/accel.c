@@ -304,6 +304,9 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
   INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
   INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
   INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
+  INTERN(s_to_pinned_ops, "to pinned ops"); INTERN(s_from_pinned_ops, "from pinned ops");
+  INTERN(s_to_unpinned_ops, "to unpinned ops");
+  INTERN(s_from_unpinned_ops, "from unpinned ops"); INTERN(s_pool_hits, "pool hits");
   INTERN(s_last_kernel, "last_kernel"); INTERN(s_h2d_name, "cuMemcpyHtoDAsync");
   INTERN(s_d2h_name, "cuMemcpyDtoHAsync");
   INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt");

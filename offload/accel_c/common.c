@@ -54,6 +54,8 @@ static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
     *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel,
+    *s_to_pinned_ops, *s_from_pinned_ops, *s_to_unpinned_ops, *s_from_unpinned_ops,
+    *s_pool_hits,
     *s_h2d_name, *s_d2h_name;
 
 static int try_lock(PyObject *acquire);
@@ -216,7 +218,7 @@ static int plain_copy(Accel *a, Py_ssize_t n) {
 }
 
 /* stats[key] += n (0, or -1 with an exception). */
-static int add_stat(Accel *a, PyObject *key, Py_ssize_t n) {
+static int add_count(Accel *a, PyObject *key, Py_ssize_t n) {
   PyObject *was = PyDict_GetItemWithError(R(a, STATS), key);
   if (!was)
     return PyErr_Occurred() ? -1 : 0;
@@ -228,6 +230,13 @@ static int add_stat(Accel *a, PyObject *key, Py_ssize_t n) {
   int rc = PyDict_SetItem(R(a, STATS), key, sum);
   Py_DECREF(sum);
   return rc;
+}
+
+/* n bytes by the route `key` names, and one operation by it (GenericDevice.count) */
+static int add_stat(Accel *a, PyObject *key, Py_ssize_t n) {
+  PyObject *ops = key == s_to_pinned ? s_to_pinned_ops : key == s_from_pinned ? s_from_pinned_ops
+                  : key == s_to_unpinned ? s_to_unpinned_ops : s_from_unpinned_ops;
+  return add_count(a, key, n) < 0 ? -1 : add_count(a, ops, 1);
 }
 
 /* Index of the first start > p in the sorted list of ints (bisect_right); -1 when a

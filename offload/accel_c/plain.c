@@ -77,7 +77,8 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   int bad = !rec || !left || PyDict_SetItem(R(a, ALLOCS), addr, rec) < 0 ||
             PyObject_SetAttr(R(a, POOL), s_bytes, left) < 0 ||
             PyList_SetSlice(blocks, nb - 1, nb, NULL) < 0 ||
-            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
+            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0 ||
+            add_count(a, s_pool_hits, 1) < 0;
   Py_XDECREF(rec);
   Py_XDECREF(left);
   hold_give(a, 0);

@@ -47,6 +47,12 @@ class Interrupts:
 _REPLAY_ROOM = 64 << 20      # record/replay: room beyond the recorded memory when replaying
 
 
+#: GenericDevice.stats's byte counters (staged bytes are also counted as unpinned)
+ROUTE_KEYS = ("to pinned", "to unpinned", "from pinned", "from unpinned", "to staged",
+              "from staged", "peer")
+_OPS = {k: f"{k} ops" for k in ROUTE_KEYS}
+
+
 class GenericDevice:
     """One device of a plugin: allocations, loaded images and kernels, queues, staging."""
 
@@ -78,8 +84,15 @@ class GenericDevice:
         #: bytes moved, by direction and path: 'to pinned', 'to unpinned', 'from ...';
         #: of the unpinned, those through staging buffers ('to staged', 'from staged'); and
         #: device-to-device copies from this device ('peer'). offload.stats() reads them.
-        self.stats = {"to pinned": 0, "to unpinned": 0, "from pinned": 0, "from unpinned": 0,
-                      "to staged": 0, "from staged": 0, "peer": 0}
+        #: With each, "<key> ops": the operations that moved them; and "pool hits": device
+        #: allocations the pool served.
+        self.stats = dict.fromkeys((*ROUTE_KEYS, *_OPS.values(), "pool hits"), 0)
+
+    def count(self, key: str, nbytes: int) -> None:
+        """One operation moved `nbytes` by route `key` (a key of `stats`)."""
+        s = self.stats
+        s[key] += nbytes
+        s[_OPS[key]] += 1
 
     def accel_copier(self) -> tuple | None:
         """How offload/accel_c may make an update's copy in C on this device (see
@@ -342,6 +355,7 @@ class GenericDevice:
             with self._lock:
                 addr = self.pool.take(size)
                 if addr is not None:
+                    self.stats["pool hits"] += 1
                     self._allocs[addr] = (size, kind)
                     self._alloc_starts = None
                     return addr
@@ -652,7 +666,7 @@ class GenericPlugin(Generic[DeviceT]):
         dev = self.device(d)
         if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._submit_impl(tgt, host, size, queue, None)   # nothing pinned or staged
-            dev.stats["to unpinned"] += size
+            dev.count("to unpinned", size)
         else:
             self._transfer(True, dev, tgt, host, size, queue)
 
@@ -661,7 +675,7 @@ class GenericPlugin(Generic[DeviceT]):
         dev = self.device(d)
         if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._retrieve_impl(host, tgt, size, queue, None)
-            dev.stats["from unpinned"] += size
+            dev.count("from unpinned", size)
         else:
             self._transfer(False, dev, tgt, host, size, queue)
 
@@ -686,7 +700,7 @@ class GenericPlugin(Generic[DeviceT]):
             if len(pieces) == 1 and pieces[0][2] is not None and \
                     not self._crosses_split(host, size) and \
                     dev._copy_now_impl(to_device, tgt, host, size):
-                dev.stats[_STAT_KEYS[to_device, False]] += size   # pinned, in one step
+                dev.count(_STAT_KEYS[to_device, False], size)   # pinned, in one step
                 return
             with dev.queue() as q:             # ours: synchronized before we return
                 self._transfer_on(dev, to_device, tgt, host, size, q)
@@ -695,15 +709,14 @@ class GenericPlugin(Generic[DeviceT]):
 
     def _transfer_on(self, dev: DeviceT, to_device: bool, tgt: int, host: int, size: int,
                      q: Any) -> None:
-        stats = dev.stats
         stage = self.staging_threshold
         if self._direct(size):
             if to_device:                      # nothing pinned, nothing to stage: one copy
                 dev._submit_impl(tgt, host, size, q, None)
-                stats["to unpinned"] += size
+                dev.count("to unpinned", size)
             else:
                 dev._retrieve_impl(host, tgt, size, q, None)
-                stats["from unpinned"] += size
+                dev.count("from unpinned", size)
             return
         pieces = self.pinned.translate(host, size, dev.id)
         grid = self.pin_split
@@ -714,12 +727,12 @@ class GenericPlugin(Generic[DeviceT]):
                 if q is not None:          # staging runs on queues of its own: what
                     dev._sync_impl(q)      # was enqueued before (a kernel) goes first
                 dev.staging.copy(to_device, tgt + off, host + off, n)
-                stats["to staged" if to_device else "from staged"] += n
+                dev.count("to staged" if to_device else "from staged", n)
             elif to_device:
                 dev._submit_impl(tgt + off, host + off, n, q, via)
             else:
                 dev._retrieve_impl(host + off, tgt + off, n, q, via)
-            stats[_STAT_KEYS[to_device, via is None]] += n
+            dev.count(_STAT_KEYS[to_device, via is None], n)
 
     def data_fill(self, d: int, tgt: int, value: int, size: int) -> None:
         """Set `size` device bytes at `tgt` to the byte `value`; returns when done."""
@@ -768,7 +781,7 @@ class GenericPlugin(Generic[DeviceT]):
         if not pinned and stage is not None and nbytes >= stage:
             for p in planes:                         # packed on the host, moved 2-D
                 dev.staging.copy_rows(to_device, tgt + p, host + p, pitch, row, height)
-            dev.stats["to staged" if to_device else "from staged"] += nbytes
+            dev.count("to staged" if to_device else "from staged", nbytes)
         else:
             with dev.queue() as q:
                 for p in planes:
@@ -779,7 +792,7 @@ class GenericPlugin(Generic[DeviceT]):
                             off = p + r * pitch
                             self._transfer_on(dev, to_device, tgt + off, host + off, row, q)
         key = ("to " if to_device else "from ") + ("pinned" if pinned else "unpinned")
-        dev.stats[key] += nbytes
+        dev.count(key, nbytes)
         return True
 
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
@@ -787,7 +800,7 @@ class GenericPlugin(Generic[DeviceT]):
         dev = self.device(src_d)
         done = dev._exchange_impl(src, dst_plugin.device(dst_d), dst, size, queue)
         if done:
-            dev.stats["peer"] += size
+            dev.count("peer", size)
         return done
 
     def data_lock(self, d: int, host: int, size: int, owner: Any = None,

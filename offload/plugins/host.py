@@ -324,7 +324,7 @@ class HostPlugin(GenericPlugin[HostDevice]):
         """Device memory is host memory here: one strided copy, not one per row."""
         rows, row, _ = strided_rows(shape, strides, itemsize)
         self.device(d)._copy_strided(to_device, host, tgt, shape, strides, itemsize)
-        self.device(d).stats[("to " if to_device else "from ") + "unpinned"] += rows * row
+        self.device(d).count(("to " if to_device else "from ") + "unpinned", rows * row)
 
     def __init__(self, config):
         super().__init__(config)
