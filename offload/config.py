@@ -56,6 +56,11 @@ VARIABLES = {
                            "launch (LLVM's files, in the current directory)",
     "LIBOMPTARGET_RR_DEVMEM_SIZE": "GiB reserved per device for recording (default 64)",
     "LIBOMPTARGET_RR_SAVE_OUTPUT": "1: recording also writes the memory after each kernel",
+    "LIBOMPTARGET_PROFILE": "path: write a Chrome trace of copies and kernels there (LLVM's "
+                            "events, and one lane per device queue)",
+    "LIBOMPTARGET_PROFILE_GRANULARITY": "microseconds: LLVM's events shorter than this are "
+                                        "left out of the profile (default 500; totals and "
+                                        "device lanes are kept)",
     "OMP_NUM_TEAMS": "GPU plugins: the most teams a kernel launches (caps LLVM's block limit)",
     "OMP_TEAMS_THREAD_LIMIT": "GPU plugins: the most threads a team has",
     "LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT": "GPU plugins: the fewest threads per team a "
@@ -159,6 +164,8 @@ class Config:
     teams_thread_cap: int = 0          # OMP_TEAMS_THREAD_LIMIT (0: none)
     min_threads_low_trip: int = 32     # LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT
     reuse_blocks: bool = True          # LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT
+    profile: str = ""                  # LIBOMPTARGET_PROFILE (path; "": none)
+    profile_granularity: int = 500     # LIBOMPTARGET_PROFILE_GRANULARITY (microseconds)
 
 
 def accel_enabled() -> bool:
@@ -203,4 +210,6 @@ def read() -> Config:
         min_threads_low_trip=_int("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT", 32,
                                   maximum=2**32 - 1),
         reuse_blocks=_bool("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", True),
+        profile=env.get("LIBOMPTARGET_PROFILE", "").strip(),
+        profile_granularity=_int("LIBOMPTARGET_PROFILE_GRANULARITY", 500),
     )

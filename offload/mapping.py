@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _accel, tracing
+from . import _accel, profile, tracing
 from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from .config import Info
 from .diagnostics import (
@@ -96,7 +96,8 @@ class MappingTable:
         self.number = number          # global device number, for messages
         #: LIBOMPTARGET_INFO bits, and TRACED while a tool hears data operations (any bit
         #: keeps a construct off the fewer-steps paths, which tell no one)
-        self.info = int(info) | (TRACED if tracing.tool is not None else 0)
+        self.info = int(info) | (TRACED if tracing.tool is not None or profile.active is not None
+                                 else 0)
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
         self._lock = _accel.new_lock(plugin.config)
         self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0

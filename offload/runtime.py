@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import _accel
+from . import _accel, profile
 from . import config as _config
 from .completions import Watcher
 from .config import Config, TargetOffload
@@ -276,6 +276,8 @@ class Runtime:
 
     def __init__(self, config: Config):
         self.config = config
+        if config.profile:                  # before any device: their tables trace
+            profile.start(config.profile, config.profile_granularity)
         self.manager = PluginManager(config)
         self._icv = threading.local()         # default-device-var, per thread as in libomp
         self.nowait = NowaitPool(self)
@@ -379,6 +381,7 @@ class Runtime:
             self.nowait.shutdown()
             self.is_shut = True
             self.manager.shutdown()
+            profile.stop()
 
 
 class _Process:
@@ -612,6 +615,7 @@ def _after_fork_in_child() -> None:
     _process.live = None
     _process.shut = None
     _tls.__dict__.clear()
+    profile.forget()
     if rt is not None:
         rt.manager.forget()
     for hook in list(_FORK_HOOKS):

@@ -13,12 +13,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import omp, omp_async, runtime
+from .. import omp, omp_async, profile, runtime
 from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
 from ..mapping import TRACED
 from ..runtime import operation
 from . import maps, ompt
+from .abi import EXPORTS
 from .devices import (
     OFFLOAD_FAIL,
     OFFLOAD_SUCCESS,
@@ -79,8 +80,10 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
     construct LLVM's fatal error (a construct fails while offloading is mandatory). A
     runtime that cannot start is reported once and fails every call."""
     op = operation(fn) if runtime_op else fn
+    located = EXPORTS.get(name, "").split("(", 1)[-1].startswith("void *loc")
 
     def call(*args: Any) -> Any:
+        p = None
         try:
             if _inject and name in _inject:
                 raise RuntimeError(f"failure injected into {name}")
@@ -94,6 +97,9 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
                     sys.stderr.write(f"omptarget error: the offload runtime could not "
                                      f"start: {describe(exc)}\n")
                     raise
+            p = profile.active if located else None
+            if p is not None:
+                p.set_c_source(_psource(args[0]))
             return op(*args)
         except BaseException as exc:             # noqa: B036 - every failure is reported
             if not (_start_failure and exc is _start_failure[0]):
@@ -101,8 +107,19 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
             if construct:
                 construct_failed(None)
             return default
+        finally:
+            if p is not None:
+                p.set_c_source(None)
     call.__name__ = fn.__name__
     return call
+
+
+def _psource(loc: Any) -> str | None:
+    """The `psource` of a construct's ident_t (";file;function;line;column;;")."""
+    if loc == ffi.NULL:
+        return None
+    src = ffi.cast("ident_t *", loc).psource
+    return ffi.string(src).decode(errors="replace") if src != ffi.NULL else None
 
 
 def _p(x: Any) -> int:
@@ -148,6 +165,7 @@ def rtl_deinit() -> None:
         dump_tables_at_exit()
         ompt.finalize_devices()
         _stop_profile()
+        profile.flush()
 
 
 def register_requires(flags: int) -> None:

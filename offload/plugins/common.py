@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import _accel, tracing
+from .. import _accel, profile, tracing
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
@@ -295,6 +295,16 @@ class GenericDevice:
 
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                    threads: int, tripcount: int) -> tuple[int, int, str]:
+        p = profile.active
+        if p is not None:
+            return p.kernel(self.plugin.name, self.id, name, len(args), teams, threads, None,
+                            lambda: None, lambda: self._omp_launch(program, name, args, teams,
+                                                                   threads, tripcount),
+                            tripcount)
+        return self._omp_launch(program, name, args, teams, threads, tripcount)
+
+    def _omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
+                    threads: int, tripcount: int) -> tuple[int, int, str]:
         arena = self.arena
         if arena is None:
             return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
@@ -457,7 +467,13 @@ class GenericDevice:
         if shared_mem < 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"shared_mem={shared_mem}: expected a byte count >= 0")
-        self._launch_impl(k, args, teams, threads, queue, shared_mem)
+        p = profile.active
+        if p is not None:
+            p.kernel(self.plugin.name, self.id, k.name, len(args), teams, threads, queue,
+                     lambda: self._sync_impl(queue),
+                     lambda: self._launch_impl(k, args, teams, threads, queue, shared_mem))
+        else:
+            self._launch_impl(k, args, teams, threads, queue, shared_mem)
 
     def kernel(self, binary: Binary, name: str) -> GenericKernel:
         """Kernel `name` of `binary`, loading the binary first (both cached)."""
@@ -663,6 +679,14 @@ class GenericPlugin(Generic[DeviceT]):
         """Host -> device, split at pinned boundaries; pinned pieces go asynchronously
         from their device-accessible address, large unpinned ones through staging.
         Without a queue, returns when the data has arrived."""
+        p = profile.active
+        if p is not None:
+            p.copy(self.device(d), self.name, d, True, size, queue,
+                   lambda: self._data_submit(d, tgt, host, size, queue))
+        else:
+            self._data_submit(d, tgt, host, size, queue)
+
+    def _data_submit(self, d: int, tgt: int, host: int, size: int, queue: Any) -> None:
         dev = self.device(d)
         if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._submit_impl(tgt, host, size, queue, None)   # nothing pinned or staged
@@ -672,6 +696,14 @@ class GenericPlugin(Generic[DeviceT]):
 
     def data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any = None) -> None:
         """Device -> host, the same way; without a queue, returns when complete."""
+        p = profile.active
+        if p is not None:
+            p.copy(self.device(d), self.name, d, False, size, queue,
+                   lambda: self._data_retrieve(d, host, tgt, size, queue))
+        else:
+            self._data_retrieve(d, host, tgt, size, queue)
+
+    def _data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any) -> None:
         dev = self.device(d)
         if self._direct(size) and (queue is not None or not self.asynchronous):
             dev._retrieve_impl(host, tgt, size, queue, None)
@@ -754,6 +786,20 @@ class GenericPlugin(Generic[DeviceT]):
         Blocks of one or two strided dimensions go as 2-D copies where the device has
         them (straight from pinned memory, else packed through staging buffers); the
         rest one contiguous row at a time on one queue."""
+        p = profile.active
+        if p is not None:
+            size = itemsize
+            for n in shape:
+                size *= n
+            p.copy(self.device(d), self.name, d, to_device, size, None,
+                   lambda: self._data_update_strided(d, to_device, host, tgt, shape, strides,
+                                                     itemsize))
+        else:
+            self._data_update_strided(d, to_device, host, tgt, shape, strides, itemsize)
+
+    def _data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
+                             shape: tuple[int, ...], strides: tuple[int, ...],
+                             itemsize: int) -> None:
         dev = self.device(d)
         if not self._strided_2d(dev, to_device, host, tgt, shape, strides, itemsize):
             rows, row, offsets = strided_rows(shape, strides, itemsize)
@@ -798,6 +844,16 @@ class GenericPlugin(Generic[DeviceT]):
     def data_exchange(self, src_d: int, src: int, dst_plugin: GenericPlugin, dst_d: int,
                       dst: int, size: int, queue: Any = None) -> bool:
         dev = self.device(src_d)
+        p = profile.active
+        if p is not None:
+            return bool(p.copy(dev, self.name, src_d, None, size, queue,
+                               lambda: self._data_exchange(dev, dst_plugin, dst_d, src, dst,
+                                                           size, queue)))
+        return self._data_exchange(dev, dst_plugin, dst_d, src, dst, size, queue)
+
+    @staticmethod
+    def _data_exchange(dev: Any, dst_plugin: GenericPlugin, dst_d: int, src: int, dst: int,
+                       size: int, queue: Any) -> bool:
         done = dev._exchange_impl(src, dst_plugin.device(dst_d), dst, size, queue)
         if done:
             dev.count("peer", size)

@@ -318,9 +318,9 @@ class HostPlugin(GenericPlugin[HostDevice]):
     device_pool_bytes = 256 << 20
     omp_image_kind = "x86_64" if HOST_MACHINE == "EM_X86_64" else None
 
-    def data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
-                            shape: tuple[int, ...], strides: tuple[int, ...],
-                            itemsize: int) -> None:
+    def _data_update_strided(self, d: int, to_device: bool, host: int, tgt: int,
+                             shape: tuple[int, ...], strides: tuple[int, ...],
+                             itemsize: int) -> None:
         """Device memory is host memory here: one strided copy, not one per row."""
         rows, row, _ = strided_rows(shape, strides, itemsize)
         self.device(d)._copy_strided(to_device, host, tgt, shape, strides, itemsize)
