@@ -169,8 +169,12 @@ class Image:
         self.__dict__[name] = k          # found without __getattr__ from now on
         return k
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self.kernels})
+
     def __repr__(self) -> str:
-        return f"<Image {' + '.join(b.describe() for b in self.binaries)}>"
+        return (f"<Image {' + '.join(b.describe() for b in self.binaries)}: "
+                f"{', '.join(self.kernels) or 'no kernels'}>")
 
 
 def load_image(source: str | os.PathLike | bytes | bytearray | memoryview,

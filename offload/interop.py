@@ -311,6 +311,12 @@ class Event:
         if self._owner is not None:
             self._owner.event_sync(self.event)
 
+    def __repr__(self) -> str:
+        if self._owner is None:
+            return "<offload.Event on the initial device (complete)>"
+        o = self._owner
+        return f"<offload.Event on {o.plugin.name} device {o.id} (plugin-local number)>"
+
     def __del__(self) -> None:
         owner = self._owner
         if owner is not None and self.event is not None:

@@ -89,6 +89,21 @@ class Handle:
         self._inherited("done")
         return self._future.done()
 
+    def __repr__(self) -> str:
+        f = self._future
+        if os.getpid() != self._pid:
+            state = f"of process {self._pid}"
+        elif not f.done():
+            state = "running"
+        elif f.cancelled():
+            state = "cancelled"
+        else:
+            exc = f.exception()
+            state = "done" if exc is None else f"failed: {type(exc).__name__}: {exc}"
+        d = self.device
+        where = f" on a stream of {d.plugin.name} device {d.id}" if d is not None else ""
+        return f"<offload.Handle {state}{where}>"
+
 
 class NowaitPool:
     """Worker threads for `nowait` constructs, and each thread's outstanding handles."""

@@ -6,7 +6,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -30,6 +30,22 @@ _I_EXISTS = int(Info.MAPPING_EXISTS)
 def overlaps(p: int, n: int, q: int, m: int) -> bool:
     """Whether [p, p+n) and [q, q+m) share a byte (an empty range counts as its first byte)."""
     return q < p + max(n, 1) and p < q + max(m, 1)
+
+
+@overload
+def target(kernel: Kernel, *args: Any, map: Sequence[Any] = ..., device: int | None = ...,
+           teams: int | None = ..., threads: int | None = ..., shared_mem: int = ...,
+           nowait: Literal[False] = ..., stream: Any = ...,
+           depend: Sequence[Handle] = ...) -> None: ...
+@overload
+def target(kernel: Kernel, *args: Any, map: Sequence[Any] = ..., device: int | None = ...,
+           teams: int | None = ..., threads: int | None = ..., shared_mem: int = ...,
+           nowait: Literal[True], stream: Any = ...,
+           depend: Sequence[Handle] = ...) -> Handle: ...
+@overload
+def target(kernel: Kernel, *args: Any, map: Sequence[Any] = ..., device: int | None = ...,
+           teams: int | None = ..., threads: int | None = ..., shared_mem: int = ...,
+           nowait: bool, stream: Any = ..., depend: Sequence[Handle] = ...) -> Handle | None: ...
 
 
 @operation

@@ -76,6 +76,12 @@ class OpenMPModule:
         self._lib = self._ffi.dlopen(path)
         self.names = sorted(protos)
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self.names})
+
+    def __repr__(self) -> str:
+        return f"<OpenMPModule {os.path.basename(self.path)}: {', '.join(self.names)}>"
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self._params:
             raise AttributeError(f"{os.path.basename(self.path)} has no function '{name}' "
