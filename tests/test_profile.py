@@ -15,6 +15,9 @@ from offload.mapping import TRACED
 from tests.test_capi import built, ours  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a child Python finds this offload first, and the rest where this process does
+ENV = dict(os.environ,
+           PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 N = 1 << 20                       # past the pitched double's staging threshold
 
 
@@ -121,7 +124,7 @@ def test_summary_command_and_timeline(runtime, add_one, tmp_path):
     offload.shutdown()
     res = subprocess.run([sys.executable, "-m", "offload.trace", "summary", str(path),
                           "--png", str(png)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path))
+                         env=ENV, cwd=str(tmp_path))
     assert res.returncode == 0, res.stderr
     assert "host " in res.stdout and "add_one" in res.stdout, res.stdout
     assert "2 device queue lane(s)" in res.stdout, res.stdout
@@ -130,7 +133,7 @@ def test_summary_command_and_timeline(runtime, add_one, tmp_path):
     bad.write_text('{"traceEvents": [{"ph": "X", "ts": 0, "pid": 1, "tid": 1, "name": "x"}]}')
     res = subprocess.run([sys.executable, "-m", "offload.trace", "summary", str(bad)],
                          capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+                         env=ENV)
     assert res.returncode == 1 and "event 0 ('x') lacks dur" in res.stderr, res.stderr
 
 
