@@ -1,4 +1,4 @@
-"""The Pythonic layer (DESIGN.md §5): map clauses, data constructs, pinning, kernels,
+"""The Pythonic layer (docs/design.md §5): map clauses, data constructs, pinning, kernels,
 devices. Target regions are in target.py, the OpenMP-named functions in omp.py."""
 from __future__ import annotations
 

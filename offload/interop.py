@@ -291,7 +291,7 @@ def _give_back_dropped() -> None:
             owner.release_queue(queue)
 
 
-Stream = Queue      # the name DESIGN §5 and the interop docs use
+Stream = Queue      # the name the design page (docs/design.md §5) and the interop docs use
 
 
 class Event:

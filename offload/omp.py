@@ -1,4 +1,4 @@
-"""The OpenMP-named API (DESIGN.md §4): C names and C conventions.
+"""The OpenMP-named API (docs/design.md §4): C names and C conventions.
 
 Failures return 0 (a pointer) or -1 (a status) after one `omptarget error:` line on
 stderr; a device number that is not a device raises, where LLVM aborts.

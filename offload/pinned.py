@@ -1,7 +1,7 @@
 """PinnedMap: a plugin's registry of pinned host ranges, counted per device.
 
 Pure Python, no driver: the plugin passes a `PinDriver` whose methods do the
-real pinning. Semantics are SEMANTICS.md §1.
+real pinning. Semantics are docs/semantics.md, "Pinned memory".
 """
 from __future__ import annotations
 

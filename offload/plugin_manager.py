@@ -153,7 +153,7 @@ class PluginManager:
         return self._shut
 
     def shutdown(self) -> None:
-        """Tear every plugin down once, in SEMANTICS.md §3's order."""
+        """Tear every plugin down once, in the order of docs/semantics.md, "Devices and plugins"."""
         with self._lock:
             if self._shut:
                 return

@@ -389,7 +389,8 @@ class Runtime:
         return True
 
     def shutdown(self) -> None:
-        """Tear every plugin down (SEMANTICS.md §3); nowait work has finished."""
+        """Tear every plugin down (docs/semantics.md, "Devices and plugins"); nowait work
+        has finished."""
         try:
             self.nowait.wait(errors=False)
         finally:

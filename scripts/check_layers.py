@@ -1,4 +1,4 @@
-"""Check that offload's imports point down the layers of DESIGN.md §1 (run by .ci/run)."""
+"""Check that offload's imports point down the layers of docs/design.md §1 (run by .ci/run)."""
 from __future__ import annotations
 
 import ast

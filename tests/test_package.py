@@ -86,3 +86,18 @@ def test_every_command_has_help(cmd):
                              [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])))
     assert out.returncode == 0, out.stderr
     assert "usage:" in out.stdout
+
+
+def test_no_docstring_refers_to_a_file_outside_the_repository():
+    """The design page and the rule book are in docs/: nothing in offload/ or scripts/
+    cites the team's DESIGN.md / SEMANTICS.md or ../shared."""
+    import pathlib
+    bad = []
+    for path in [*pathlib.Path(ROOT, "offload").rglob("*.py"),
+                 *pathlib.Path(ROOT, "scripts").rglob("*.py")]:
+        text = path.read_text()
+        for word in ("DESIGN.md", "SEMANTICS.md", "DESIGN §", "../shared"):
+            if word in text:
+                bad.append(f"{path.relative_to(ROOT)}: {word}")
+    assert not bad, bad
+    assert os.path.isfile(os.path.join(ROOT, "docs", "design.md"))

@@ -1,5 +1,5 @@
 """LLVM 19's libomptarget C ABI as offload exports it: the structures clang-19 emits
-(../shared/reference/llvm19-abi.md, section 3) and the 71 `VERS1.0` functions, plus
+(LLVM 19: offload/include/Shared/APITypes.h, omptarget.h) and the 71 `VERS1.0` functions, plus
 `__tgt_get_num_devices` and `tgt_pause_resource` for libomp's device queries."""
 from __future__ import annotations
 

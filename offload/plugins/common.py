@@ -530,7 +530,7 @@ def _split_pinned(pieces: list[tuple[int, int, int | None]], host: int,
 
 
 class GenericPlugin(Generic[DeviceT]):
-    """The plugin table (DESIGN.md §3); vendors override the hooks."""
+    """The plugin table (docs/design.md §3); vendors override the hooks."""
 
     name = "generic"
     #: plugins are ordered by priority, lowest first: GPUs before the host

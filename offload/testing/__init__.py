@@ -1,4 +1,4 @@
-"""Public helpers for tests: `state()` (DESIGN.md §5: counts, never the runtime's objects)
+"""Public helpers for tests: `state()` (docs/design.md §5: counts, never the runtime's objects)
 and `run_conformance()`, the plugin contract any plugin package can check in its own CI."""
 from __future__ import annotations
 
