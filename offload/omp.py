@@ -26,7 +26,9 @@ from .runtime import omp_initial_device, omp_invalid_device, operation, resource
 from .runtime import torn_down as _torn_down
 
 OFFLOAD_SUCCESS = 0
+"""What a status-returning OpenMP-named function returns when it did its job."""
 OFFLOAD_FAIL = -1
+"""What it returns when it failed (after one `omptarget error:` line)."""
 INT_MAX = 2**31 - 1
 
 __all__ = [
@@ -161,17 +163,27 @@ _INFO_EXISTS = int(Info.MAPPING_EXISTS)
 _HOST_MEM = "pinned host memory the device can access"
 _SHARED_MEM = "memory shared (managed) between host and device"
 omp_target_alloc = _allocator("omp_target_alloc", AllocKind.DEVICE, _DEVICE_MEM)
+"""omp_target_alloc(size, device_num) -> int: `size` bytes of device memory, or 0."""
 omp_target_free = _deallocator("omp_target_free", AllocKind.DEVICE, _DEVICE_MEM)
+"""omp_target_free(ptr, device_num): frees omp_target_alloc's memory (NULL: nothing)."""
 llvm_omp_target_alloc_device = _allocator("llvm_omp_target_alloc_device", AllocKind.DEVICE,
                                           _DEVICE_MEM)
+"""llvm_omp_target_alloc_device(size, device_num) -> int: device memory, or 0."""
 llvm_omp_target_alloc_host = _allocator("llvm_omp_target_alloc_host", AllocKind.HOST, _HOST_MEM)
+"""llvm_omp_target_alloc_host(size, device_num) -> int: pinned host memory the device
+reaches (a page-locked allocation, found by later maps as pinned), or 0."""
 llvm_omp_target_alloc_shared = _allocator("llvm_omp_target_alloc_shared", AllocKind.SHARED,
                                           _SHARED_MEM)
+"""llvm_omp_target_alloc_shared(size, device_num) -> int: managed memory host and device
+both reach, or 0."""
 llvm_omp_target_free_device = _deallocator("llvm_omp_target_free_device", AllocKind.DEVICE,
                                            _DEVICE_MEM)
+"""llvm_omp_target_free_device(ptr, device_num): frees llvm_omp_target_alloc_device's."""
 llvm_omp_target_free_host = _deallocator("llvm_omp_target_free_host", AllocKind.HOST, _HOST_MEM)
+"""llvm_omp_target_free_host(ptr, device_num): frees llvm_omp_target_alloc_host's."""
 llvm_omp_target_free_shared = _deallocator("llvm_omp_target_free_shared", AllocKind.SHARED,
                                            _SHARED_MEM)
+"""llvm_omp_target_free_shared(ptr, device_num): frees llvm_omp_target_alloc_shared's."""
 
 
 # ---- copies -------------------------------------------------------------------------

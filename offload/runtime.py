@@ -26,7 +26,10 @@ from .plugin_manager import PluginManager
 from .plugins.common import Interrupts
 
 omp_initial_device = -1
+"""OpenMP 5.2's device number of the initial device (the host), accepted wherever a device
+number is."""
 omp_invalid_device = -2
+"""OpenMP 5.2's invalid device number: where a construct is given it, offloading fails."""
 
 
 _WORKER_PREFIX = "offload-nowait"

@@ -37,7 +37,7 @@ class RecordingPlugin(HostPlugin):
     name = "recording"
     device_class = RecordingDevice
     # strided updates through the generic layer (row by row), not the host's shortcut
-    data_update_strided = GenericPlugin.data_update_strided
+    _data_update_strided = GenericPlugin._data_update_strided
 
     def __init__(self, config):
         super().__init__(config)
