@@ -1,8 +1,6 @@
 """offload: LLVM's libomptarget offload runtime for Python programs that use numpy.
 
 The public face: re-exports only (api.py, omp.py, target.py and the layers below)."""
-from importlib import metadata as _metadata
-
 from . import api as _api
 from . import omp as _omp
 from . import omp_async as _omp_async
@@ -20,11 +18,6 @@ from .omp_async import *  # noqa: F403
 from .statistics import stats
 from .target import target
 
-try:
-    __version__ = _metadata.version("offload")
-except _metadata.PackageNotFoundError:      # run from a source tree that was not installed
-    __version__ = "0+unknown"
-
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "compile_openmp", "load_image", "target",
@@ -37,6 +30,14 @@ globals().pop("device", None)
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":                # on first use (metadata is slow to import)
+        from importlib import metadata
+        try:
+            version = metadata.version("offload")
+        except metadata.PackageNotFoundError:  # a source tree that was not installed
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
     if name == "device":
         raise AttributeError("module 'offload' has no attribute 'device': list devices with "
                              "offload.devices(), and pass device=n to a construct")

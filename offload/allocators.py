@@ -8,8 +8,7 @@ import math
 import weakref
 from typing import Any
 
-import numpy as np
-
+from ._lazy import numpy as np
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interop import DeviceArray, dl_device_of
@@ -37,7 +36,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 @operation
-def empty(shape: Any, dtype: Any = np.float64, *, device: int | None = None,
+def empty(shape: Any, dtype: Any = "float64", *, device: int | None = None,
           kind: str = "host", pinned: bool | None = None) -> Any:
     """An uninitialised array in memory `device` reaches.
 

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from ._lazy import numpy as np
 from .arrays import as_array, extent, span
 from .clauses import MapClause, MapItem, MapType, map_items
 from .device import Device

@@ -4,9 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 import _cffi_backend
-import cffi
-import numpy as np
 
+from ._lazy import numpy as np
 from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError
 
@@ -50,7 +49,7 @@ def as_array(a: Any, what: str) -> np.ndarray:
     return arr
 
 
-_ffi = cffi.FFI()
+_ffi = _cffi_backend.FFI()           # (built-in types only: no C parser needed)
 # the backend's own functions with their types resolved once: a third cheaper than
 # the FFI methods on the hot path
 _b_from_buffer, _b_cast = _cffi_backend.from_buffer, _cffi_backend.cast

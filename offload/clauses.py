@@ -5,8 +5,7 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
+from ._lazy import numpy as np
 from .arrays import address_of, as_array, span
 from .errors import ErrorCode, OffloadError
 

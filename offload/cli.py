@@ -16,7 +16,22 @@ def main(argv: list[str] | None = None) -> int:
         description="List offload's plugins, why a plugin has no devices, and every device "
                     "with its properties. Device numbers are those of offload.devices(); "
                     "the initial device (the host) is the last number.")
-    parser.parse_args(argv)
+    parser.add_argument("--stats", metavar="FILE",
+                        help="print the counters a program wrote with OFFLOAD_STATS=FILE")
+    args = parser.parse_args(argv)
+    if args.stats:
+        import json
+
+        from .statistics import format_stats
+        try:
+            with open(args.stats) as f:
+                data = json.load(f)
+            print(format_stats(data))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"offload-info: {args.stats}: not a file OFFLOAD_STATS wrote "
+                  f"({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 1
+        return 0
     from . import __version__
     m = _current().manager
     print(f"offload {__version__}: {m.num_devices()} device(s); "

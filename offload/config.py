@@ -61,6 +61,9 @@ VARIABLES = {
     "LIBOMPTARGET_PROFILE_GRANULARITY": "microseconds: LLVM's events shorter than this are "
                                         "left out of the profile (default 500; totals and "
                                         "device lanes are kept)",
+    "OFFLOAD_STATS": "path: when the runtime shuts down (a program's exit included), write "
+                     "offload.stats() of every device it used there as JSON (offload-info "
+                     "--stats PATH prints it)",
     "OMP_NUM_TEAMS": "GPU plugins: the most teams a kernel launches (caps LLVM's block limit)",
     "OMP_TEAMS_THREAD_LIMIT": "GPU plugins: the most threads a team has",
     "LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT": "GPU plugins: the fewest threads per team a "
@@ -166,6 +169,7 @@ class Config:
     reuse_blocks: bool = True          # LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT
     profile: str = ""                  # LIBOMPTARGET_PROFILE (path; "": none)
     profile_granularity: int = 500     # LIBOMPTARGET_PROFILE_GRANULARITY (microseconds)
+    stats_path: str = ""               # OFFLOAD_STATS (path; "": none)
 
 
 def accel_enabled() -> bool:
@@ -212,4 +216,5 @@ def read() -> Config:
         reuse_blocks=_bool("LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT", True),
         profile=env.get("LIBOMPTARGET_PROFILE", "").strip(),
         profile_granularity=_int("LIBOMPTARGET_PROFILE_GRANULARITY", 500),
+        stats_path=env.get("OFFLOAD_STATS", "").strip(),
     )

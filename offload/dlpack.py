@@ -4,24 +4,22 @@ reading the device pointer of a foreign array (CUDA Array Interface, or DLPack).
 from __future__ import annotations
 
 import ctypes
-import inspect
 import math
 import threading
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-import cffi
-import numpy as np
-
+from ._lazy import numpy as np
 from .errors import ErrorCode, OffloadError
+from .ffi_cache import ffi_for
 
 __all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
            "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
            "register_stream_waiter", "unregister_stream_waiter"]
 
-_ffi = cffi.FFI()
-_ffi.cdef("""
+_ffi = ffi_for("dlpack", """
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {
@@ -71,7 +69,7 @@ def _release(address: int) -> None:
 _T_VERSIONED = _ffi.typeof("DLManagedTensorVersioned *")
 _T_LEGACY = _ffi.typeof("DLManagedTensor *")
 _T_UINTPTR = _ffi.typeof("uintptr_t")
-_cast = _ffi._backend.cast          # cffi's cast without the type-name lookup
+_cast = getattr(_ffi, "_backend", _ffi).cast   # cast without a type-name lookup
 
 
 @_ffi.callback("void(DLManagedTensorVersioned *)")
@@ -159,7 +157,7 @@ _stream_waiters: list[Any] = []
 
 
 def _ref(fn: Callable[[int], None]) -> Any:
-    return weakref.WeakMethod(fn) if inspect.ismethod(fn) else (lambda: fn)
+    return weakref.WeakMethod(fn) if isinstance(fn, types.MethodType) else (lambda: fn)
 
 
 def register_stream_waiter(fn: Callable[[int], None]) -> None:
@@ -180,13 +178,20 @@ def _wait_producer(stream: int | None) -> None:
                 fn(stream)
 
 
-_PLAIN = (np.ndarray, np.generic, int, float, bool, bytes, bytearray, memoryview)
+_BUILTIN_PLAIN = (int, float, bool, bytes, bytearray, memoryview)
+
+
+def _plain(obj: Any) -> bool:
+    """Host data for certain (numpy is looked at only past the built-in types: a C
+    program passes ints, and its library's interpreter loads numpy on first need)."""
+    return obj is None or isinstance(obj, _BUILTIN_PLAIN) or \
+        isinstance(obj, (np.ndarray, np.generic))
 
 
 def is_foreign(obj: Any) -> bool:
     """Whether `obj` is a foreign device array (CUDA Array Interface, or DLPack on a GPU),
     or offload's own device_array (`__offload_device_pointer__`, on any plugin)."""
-    if isinstance(obj, _PLAIN) or obj is None:
+    if _plain(obj):
         return False
     if hasattr(type(obj), "__offload_device_pointer__") or \
             hasattr(type(obj), "__cuda_array_interface__"):
@@ -201,7 +206,7 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
     """(device pointer, bytes) of a foreign device array (CUDA Array Interface v3, or
     DLPack on a CUDA/ROCm device), else None. Work the producer queued on the stream it
     names has finished when this returns; the pointer is valid while `obj` lives."""
-    if isinstance(obj, _PLAIN) or obj is None:
+    if _plain(obj):
         return None
     own = getattr(type(obj), "__offload_device_pointer__", None)
     if own is not None:              # offload's own device_array, on any plugin

@@ -11,10 +11,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from .errors import ErrorCode, OffloadError
 
 PROTO_SECTION = ".offload_protos"
@@ -43,6 +39,9 @@ def read_elf(data: bytes) -> ElfInfo:
     if data[:4] != b"\x7fELF":
         raise OffloadError(ErrorCode.INVALID_BINARY,
                            f"not an ELF image (starts with {bytes(data[:8])!r})")
+    from elftools.common.exceptions import ELFError  # here: a C program may never
+    from elftools.elf.elffile import ELFFile  # parse an image (start-up)
+    from elftools.elf.sections import SymbolTableSection
     try:
         elf = ELFFile(io.BytesIO(data))
         h = elf.header

@@ -14,16 +14,16 @@ import math
 import weakref
 from typing import Any
 
-import cffi
-import numpy as np
+import _cffi_backend
 
+from ._lazy import numpy as np
 from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
 from .runtime import omp_initial_device, operation, resource_operation
 
-_ffi = cffi.FFI()
+_ffi = _cffi_backend.FFI()           # (built-in types only: no C parser needed)
 
 __all__ = ["DeviceArray", "Event", "Queue", "Stream", "device_array", "dl_device_of", "stream",
            "wait_stream"]

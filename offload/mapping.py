@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from . import _accel, profile, tracing
+from ._lazy import numpy as np
+from ._lazy import numpy_imported
 from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from .config import Info
 from .diagnostics import (
@@ -131,8 +131,9 @@ class MappingTable:
             if present is not None and release is not None:
                 self.present, self.release_present = present, release
         #: MapClause.plain for the constructs on this table (in C with the accelerator)
-        self.plain_of: Callable[[MapClause], Any] = \
-            _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
+        #: (a C program's library, numpy not imported: its constructs make no MapClause)
+        self.plain_of: Callable[[MapClause], Any] = MapClause.plain if not numpy_imported() \
+            else _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
             or MapClause.plain
 
     # ---- table ------------------------------------------------------------

@@ -12,9 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from . import tracing
+from ._lazy import numpy as np
 from .arrays import buffer, integer
 from .config import Info
 from .device import Device

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
-from importlib import metadata
 
 from .config import Config, TargetOffload
 from .device import Device
@@ -37,6 +36,7 @@ def discover() -> tuple[dict[str, str], list[str]]:
 
     An entry point never replaces a built-in plugin (nor an earlier entry point of the
     same name): it is ignored, and the clash is reported (offload-info prints it)."""
+    from importlib import metadata  # here: a C program's start-up skips it
     found = dict(BUILTIN)
     clashes: list[str] = []
     try:
@@ -72,7 +72,11 @@ class PluginManager:
         self._load_plugins()
 
     def _load_plugins(self) -> None:
-        available, self.clashes = discover()
+        wanted = self.config.plugins
+        if wanted is not None and all(n in BUILTIN for n in wanted):
+            available = dict(BUILTIN)     # only built-ins asked for: no entry-point scan
+        else:
+            available, self.clashes = discover()
         loaded = []
         names = self.config.plugins or list(available)
         for name in names:

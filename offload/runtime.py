@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from . import _accel, profile
 from . import config as _config
+from ._lazy import numpy as np
 from .completions import Watcher
 from .config import Config, TargetOffload
 from .device import Device
@@ -393,11 +392,17 @@ class Runtime:
 
     def shutdown(self) -> None:
         """Tear every plugin down (docs/semantics.md, "Devices and plugins"); nowait work
-        has finished."""
+        has finished. The shutdown hooks run first, while the devices are still there."""
         try:
             self.nowait.wait(errors=False)
         finally:
             self.nowait.shutdown()
+            for hook in list(_SHUTDOWN_HOOKS):
+                try:
+                    hook(self)
+                except Exception as exc:      # noqa: BLE001 - said, and the teardown goes on
+                    print(f"offload: at shutdown, {hook.__qualname__} failed: "
+                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
             self.is_shut = True
             self.manager.shutdown()
             profile.stop()
@@ -642,6 +647,36 @@ def _after_fork_in_child() -> None:
 
 
 _FORK_HOOKS: list[Callable[[], None]] = []
+_SHUTDOWN_HOOKS: list[Callable[[Runtime], None]] = []
+
+
+def at_shutdown(hook: Callable[[Runtime], None]) -> None:
+    """Run `hook(runtime)` when a runtime shuts down, before its devices go (modules above
+    this one report what the runtime did this way)."""
+    _SHUTDOWN_HOOKS.append(hook)
+
+
+def imports_in_flight() -> bool:
+    """Whether a thread other than this one is importing a module (holds importlib's lock
+    of it). A fork then would leave that lock held for ever in the child, whose import of
+    the module hangs: the fork waits (the library's fork handler, for a C program, checks
+    again once no import can begin)."""
+    locks = getattr(sys.modules.get("_frozen_importlib"), "_module_locks", None)
+    if not isinstance(locks, dict):
+        return False
+    me = threading.get_ident()
+    for ref in list(locks.values()):
+        lock = ref() if callable(ref) else ref
+        owner = getattr(lock, "owner", None)
+        if owner is not None and owner != me:
+            return True
+    return False
+
+
+def _before_fork() -> None:
+    deadline = time.monotonic() + 10.0      # an import stuck that long: fork as asked
+    while imports_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def at_fork_in_child(hook: Callable[[], None]) -> None:
@@ -651,4 +686,4 @@ def at_fork_in_child(hook: Callable[[], None]) -> None:
 
 atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

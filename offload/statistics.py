@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ErrorCode, OffloadError
+from .runtime import at_shutdown, operation
 from .runtime import current as _current
-from .runtime import operation
 
 ROUTES = ("pinned", "staged", "pageable", "host", "peer")
 
@@ -65,3 +65,36 @@ def stats(device: int | None = None) -> dict[Any, Any]:
         raise OffloadError(ErrorCode.INVALID_VALUE,
                            f"stats: the initial device ({device}) moves nothing")
     return _one(dev)
+
+
+def write_stats(rt: Any) -> None:
+    """OFFLOAD_STATS=path: every used device's counters, as JSON (when `rt` shuts down, and
+    at a C program's end)."""
+    path = rt.config.stats_path
+    if not path:
+        return
+    import json
+    import os
+    out = {str(d.number): {"plugin": d.plugin.name, **_one(d)} for d in rt.manager.initialized()}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"devices": out}, f, indent=1)
+    os.replace(tmp, path)
+
+
+at_shutdown(write_stats)
+
+
+def format_stats(data: dict[str, Any]) -> str:
+    """OFFLOAD_STATS's file as a table (offload-info --stats)."""
+    lines = []
+    for number, s in sorted(data["devices"].items(), key=lambda kv: int(kv[0])):
+        lines.append(f"device {number} ({s['plugin']}): {s['allocations']} live "
+                     f"allocation(s), {s['pool_hits']} pool hit(s), {s['pins']['entries']} "
+                     f"pinned range(s) ({s['pins']['bytes']} bytes)")
+        lines.append(f"  {'route':<10}{'to device':>16}{'from device':>16}{'operations':>12}")
+        for r in ROUTES:
+            to = s["to_device"].get(r, 0) if r != "peer" else s["bytes"]["peer"]
+            back = s["from_device"].get(r, 0) if r != "peer" else 0
+            lines.append(f"  {r:<10}{to:>16}{back:>16}{s['operations'][r]:>12}")
+    return "\n".join(lines) if lines else "no device was used"

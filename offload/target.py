@@ -8,8 +8,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, overload
 
-import numpy as np
-
+from ._lazy import numpy as np
 from .arrays import span
 from .clauses import MapClause, MapItem, MapType, map_items
 from .config import Info, TargetOffload

@@ -152,3 +152,58 @@ def test_pins_are_the_ranges_this_device_uses(rt):
         offload.omp_target_free(offload.omp_target_alloc(8, 1), 1)   # device 1 in use
         assert offload.stats(1)["pins"] == {"entries": 0, "bytes": 0}  # pinned for 0 only
     assert offload.stats(0)["pins"] == {"entries": 0, "bytes": 0}
+
+
+def test_offload_stats_file_and_offload_info(tmp_path):
+    """OFFLOAD_STATS=path: a program's counters written at its exit; `offload-info --stats
+    path` prints them (and refuses, saying why, a file that is not one)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OFFLOAD_PLUGINS="host", OFFLOAD_CACHE_DIR=str(tmp_path / "c"),
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+               OFFLOAD_STATS=str(tmp_path / "s.json"))
+    code = ("import numpy as np, offload\n"
+            "a = np.zeros(4096, np.uint8)\n"
+            "with offload.target_data(offload.tofrom(a), device=0):\n    pass\n")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    data = json.loads((tmp_path / "s.json").read_text())
+    dev = data["devices"]["0"]
+    assert dev["plugin"] == "host" and dev["bytes"]["host"] == 8192
+    assert dev["operations"]["host"] == 2
+    env.pop("OFFLOAD_STATS")
+    res = subprocess.run([sys.executable, "-m", "offload.cli", "--stats",
+                          str(tmp_path / "s.json")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "device 0 (host)" in res.stdout and " host " in res.stdout, res.stdout
+    row = [ln.split() for ln in res.stdout.splitlines() if ln.split()[:1] == ["host"]]
+    assert row == [["host", "4096", "4096", "2"]], res.stdout
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    res = subprocess.run([sys.executable, "-m", "offload.cli", "--stats",
+                          str(tmp_path / "bad.json")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1 and "not a file OFFLOAD_STATS wrote" in res.stderr
+
+
+def test_offload_stats_from_a_c_program(tmp_path):
+    import json
+
+    from tests.test_capi import LLVM_LIB, WHY, run
+    if WHY:
+        pytest.skip(WHY)
+    from tests.test_capi import CLANG, HERE, TARGET
+    import os
+    import subprocess
+    exe = tmp_path / "prog"
+    subprocess.run([CLANG, *TARGET, "-O1", os.path.join(HERE, "capi", "profile_events.c"),
+                    "-o", str(exe)], check=True, capture_output=True)
+    from offload.capi import libdir
+    rc, out, err = run(str(exe), f"{libdir()}:{LLVM_LIB}", OFFLOAD_STATS=str(tmp_path / "s"))
+    assert (rc, out) == (0, "1000\n"), err
+    dev = json.loads((tmp_path / "s").read_text())["devices"]["0"]
+    assert dev["to_device"]["host"] == 8000 and dev["from_device"]["host"] == 8000, dev

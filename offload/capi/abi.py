@@ -6,6 +6,12 @@ from __future__ import annotations
 SONAME = "libomptarget.so.19.1"
 VERSION_NODE = "VERS1.0"
 
+#: libomp's functions the library calls when libomp is loaded (offload/capi/devices.py)
+LIBOMP = ("int omp_get_default_device(void);"
+          "void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
+          "int32_t ndeps_noalias, void *noalias_deps);"
+          "int32_t __kmpc_global_thread_num(void *loc);")
+
 # the structures, read through cffi casts of the pointers the exports receive
 TYPES = """
 typedef struct { int32_t reserved_1; int32_t flags; int32_t reserved_2; int32_t reserved_3;

@@ -105,30 +105,26 @@ static const char *const offload_paths[] = { %s NULL };
    runtime's hooks: the child starts with an empty runtime), as os.fork does. A module
    another thread is importing at the fork (a plugin, while the runtime starts) would
    stay locked for ever in the child, so the fork waits, a bounded time, until no other
-   thread holds an import's lock: the check is C with the GIL and the import lock held
-   through to the fork, so no import can begin in between. */
-static PyObject *offload_module_locks;     /* importlib's: module name -> weakref(lock) */
+   thread is importing (offload.runtime.imports_in_flight, the rule of the runtime's own
+   before-fork hook, which waits first), asked again once the GIL and the import lock
+   are held, so no import can start between the answer and the fork. */
 static int offload_importing_elsewhere(void) {
-    if (offload_module_locks == NULL)
-        return 0;
-    unsigned long me = PyThread_get_thread_ident();
-    Py_ssize_t pos = 0;
-    PyObject *name, *ref;
-    while (PyDict_Next(offload_module_locks, &pos, &name, &ref)) {
-        PyObject *lock = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : ref;
-        if (lock == NULL || lock == Py_None)
-            continue;
-        PyObject *owner = PyObject_GetAttrString(lock, "owner");
-        if (owner == NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        int other = PyLong_Check(owner) && PyLong_AsUnsignedLong(owner) != me;
-        Py_DECREF(owner);
-        if (other)
-            return 1;
+    PyObject *name = PyUnicode_FromString("offload.runtime");
+    PyObject *rt = name ? PyImport_GetModule(name) : NULL;    /* loaded, not imported here */
+    Py_XDECREF(name);
+    if (rt == NULL) {
+        PyErr_Clear();
+        return 0;                     /* no runtime yet: nothing of offload's is starting */
     }
-    return 0;
+    PyObject *r = PyObject_CallMethod(rt, "imports_in_flight", NULL);
+    Py_DECREF(rt);
+    if (r == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int yes = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return yes > 0;
 }
 static PyGILState_STATE offload_fork_gil;
 static void offload_before_fork(void) {
@@ -151,17 +147,6 @@ static void offload_after_fork_child(void) {
     PyOS_AfterFork_Child();
     PyGILState_Release(offload_fork_gil);
 }
-static void offload_watch_imports(void) {
-    PyObject *bootstrap = PyImport_ImportModule("_frozen_importlib");
-    if (bootstrap != NULL) {
-        offload_module_locks = PyObject_GetAttrString(bootstrap, "_module_locks");
-        Py_DECREF(bootstrap);
-        if (offload_module_locks != NULL && !PyDict_Check(offload_module_locks))
-            Py_CLEAR(offload_module_locks);
-    }
-    PyErr_Clear();
-}
-
 __attribute__((constructor)) static void offload_start_python(void) {
     if (Py_IsInitialized()) {         /* loaded into a Python program: use its interpreter */
 #if PY_VERSION_HEX < 0x030C0000
@@ -177,10 +162,13 @@ __attribute__((constructor)) static void offload_start_python(void) {
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;
-    /* the isolated configuration reads no PYTHON* variable; this one is a debugging aid
+    /* the isolated configuration reads no PYTHON* variable; these two are debugging aids
        a C program's user sets to see where its threads are (a hang, a crash) */
     const char *fh = getenv("PYTHONFAULTHANDLER");
     config.faulthandler = fh != NULL && *fh != '\0';
+    const char *it = getenv("PYTHONPROFILEIMPORTTIME");    /* and where start-up goes */
+    config.import_time = it != NULL && *it != '\0';
+    config.site_import = 0;           /* the search path is given: site.py adds nothing */
     config.module_search_paths_set = 1;
     for (const char *const *p = offload_paths; *p; ++p) {
         wchar_t *w = Py_DecodeLocale(*p, NULL);
@@ -195,7 +183,6 @@ __attribute__((constructor)) static void offload_start_python(void) {
         return;                       /* cffi reports it at the first call */
     /* tell the exports the interpreter is the library's own (a C program) */
     PyRun_SimpleString("import sys; sys._offload_capi_owns_python = True");
-    offload_watch_imports();
     pthread_atfork(offload_before_fork, offload_after_fork_parent, offload_after_fork_child);
     PyEval_SaveThread();              /* let any thread take the GIL */
 }

@@ -26,15 +26,11 @@ OFFLOAD_SUCCESS, OFFLOAD_FAIL = 0, -1
 _disabled = False                              # OMP_TARGET_OFFLOAD=disabled (C programs)
 _mandatory = False                             # OMP_TARGET_OFFLOAD=mandatory (C programs)
 
-ffi.cdef("int omp_get_default_device(void);"
-         "void __kmpc_omp_wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, "
-         "int32_t ndeps_noalias, void *noalias_deps);"
-         "int32_t __kmpc_global_thread_num(void *loc);")
 try:
     #: libomp's functions, when it is loaded in this process (else None)
     libomp: Any = ffi.dlopen(None)
     libomp.omp_get_default_device     # noqa: B018 - present when libomp is loaded
-except (AttributeError, OSError):
+except (AttributeError, OSError, ffi.error):   # (a missing symbol: ffi.error, or AttributeError)
     libomp = None
 
 

@@ -18,6 +18,7 @@ from ..diagnostics import say
 from ..errors import ErrorCode, OffloadError
 from ..mapping import TRACED
 from ..runtime import operation
+from ..statistics import write_stats
 from . import maps, ompt
 from .abi import EXPORTS
 from .devices import (
@@ -166,6 +167,9 @@ def rtl_deinit() -> None:
         ompt.finalize_devices()
         _stop_profile()
         profile.flush()
+        rt = runtime._process.live
+        if rt is not None:
+            write_stats(rt)
 
 
 def register_requires(flags: int) -> None:

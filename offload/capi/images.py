@@ -7,19 +7,18 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import cffi
-
 from ..errors import ErrorCode, OffloadError
-from .abi import ENTRY_INDIRECT, ENTRY_LINK, ENTRY_REQUIRES, TYPES
+from ..ffi_cache import ffi_for
+from .abi import ENTRY_INDIRECT, ENTRY_LINK, ENTRY_REQUIRES, LIBOMP, TYPES
 
-ffi = cffi.FFI()
-ffi.cdef(TYPES)
+#: the ABI's structures, and libomp's functions (devices.py)
+ffi = ffi_for("capi", TYPES + LIBOMP)
 _ELF_MAGIC = b"\x7fELF"
 _MACHINES = {62: "x86_64", 190: "nvptx"}        # ELF e_machine of the images we run
 
 
 _T_UINTPTR = ffi.typeof("uintptr_t")
-_cast = ffi._backend.cast                  # cffi's cast without the type-name lookup
+_cast = getattr(ffi, "_backend", ffi).cast   # cast without a type-name lookup
 
 
 def image_kind(data: bytes) -> str | None:

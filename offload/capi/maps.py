@@ -11,8 +11,7 @@ import itertools
 import threading
 from typing import Any
 
-import numpy as np
-
+from .._lazy import numpy as np
 from ..clauses import MapItem, MapType
 from ..device import Device
 from ..entries import INF

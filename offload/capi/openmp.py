@@ -14,17 +14,16 @@ import threading
 from typing import Any
 
 import cffi
-import numpy as np
 
 from .. import config as _config
 from .. import runtime
+from .._lazy import numpy as np
 from ..compiler import cache_directory, compiler_identity
 from ..errors import ErrorCode, OffloadError
 from ..image import c_prototypes
 from ..plugins.args import check_arguments, params_from_prototype
 from ..runtime import current
 from .abi import SONAME
-from .build import libdir
 
 __all__ = ["OpenMPModule", "compile_openmp"]
 
@@ -57,6 +56,7 @@ def _load_runtimes(clang: str) -> None:
         if _runtime_loaded:
             return
         ctypes.CDLL(os.path.join(_llvm_libdir(clang), "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+        from .build import libdir  # here: the library's own start-up skips it
         ours = os.path.join(libdir(), SONAME)
         ctypes.CDLL(ours, mode=ctypes.RTLD_GLOBAL)
         _runtime_loaded.append(ours)

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from .._lazy import numpy as np
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from . import launch_geometry

@@ -6,12 +6,10 @@ import os
 import resource
 import threading
 
-import cffi
-
 from ..errors import ErrorCode, OffloadError
+from ..ffi_cache import ffi_for
 
-_ffi = cffi.FFI()
-_ffi.cdef("""
+_ffi = ffi_for("host_memory", """
     void *malloc(size_t);
     void free(void *);
     int posix_memalign(void **, size_t, size_t);

@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
-
-import cffi
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, OffloadError
+from ..ffi_cache import ffi_for
+
+if TYPE_CHECKING:
+    import cffi
 
 # memmove typed with integer addresses: the same calling convention as pointers on
 # the LP64 ABIs we run on, and no cdata casts on the hot path
-_ffi = cffi.FFI()
-_ffi.cdef("void *memmove(uintptr_t, uintptr_t, size_t); void *memset(uintptr_t, int, size_t);"
-          "void *dlopen(const char *, int); char *dlerror(void);")
+_ffi = ffi_for("libc", "void *memmove(uintptr_t, uintptr_t, size_t); "
+               "void *memset(uintptr_t, int, size_t); "
+               "void *dlopen(const char *, int); char *dlerror(void);")
 _libc = _ffi.dlopen(None)
 
 

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from .._lazy import numpy as np
 from ..errors import ErrorCode, OffloadError
 
 

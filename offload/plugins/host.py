@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import cffi
-import numpy as np
 
+from .._lazy import numpy as np
 from ..arrays import extent
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary

@@ -7,8 +7,7 @@ import os
 import threading
 from typing import Any, Protocol
 
-import numpy as np
-
+from .._lazy import numpy as np
 from ._libc import memmove
 
 Lane = tuple[int, Any]          # a pinned buffer's address, and the queue that drains it
