@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .cache_dir import default_root
 from .errors import ErrorCode, OffloadError
 
 
@@ -184,9 +185,7 @@ def accel_enabled() -> bool:
 def tools() -> tuple[str, str]:
     """(cache directory, C compiler), as read() gives them, reading nothing else."""
     env = os.environ
-    return (env.get("OFFLOAD_CACHE_DIR")
-            or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
-            env.get("OFFLOAD_CC") or env.get("CC") or "cc")
+    return default_root(), env.get("OFFLOAD_CC") or env.get("CC") or "cc"
 
 
 def read() -> Config:
@@ -201,8 +200,7 @@ def read() -> Config:
         plugins=tuple(p.strip() for p in plugins.split(",") if p.strip()) if plugins else None,
         host_num_devices=_int("OFFLOAD_HOST_NUM_DEVICES", 1, maximum=1024),
         host_async=bool(_int("OFFLOAD_HOST_ASYNC", 0, maximum=1)),
-        cache_dir=env.get("OFFLOAD_CACHE_DIR")
-        or os.path.join(os.path.expanduser("~"), ".cache", "offload"),
+        cache_dir=default_root(),
         cc=env.get("OFFLOAD_CC") or env.get("CC") or "cc",
         cuda_library=env.get("OFFLOAD_CUDA_LIBRARY") or "libcuda.so.1",
         cuda_fast=bool(_int("OFFLOAD_CUDA_FAST", 1, maximum=1)),

@@ -16,12 +16,14 @@ from typing import Any
 
 import _cffi_backend
 
+from .cache_dir import cache_directory, default_root
+from .errors import OffloadError
+
 
 def _directory() -> str:
-    # the cache directory rule of config.tools(), which sits a layer above this module
-    root = os.environ.get("OFFLOAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"),
-                                                               ".cache", "offload")
-    return os.path.join(root, "ffi")
+    """The cache's ffi/ directory, private as every cache is (cache_dir.py's rule;
+    OffloadError where it is not)."""
+    return cache_directory(os.path.join(cache_directory(default_root()), "ffi"))
 
 
 def _parsed(cdef: str) -> Any:
@@ -31,18 +33,26 @@ def _parsed(cdef: str) -> Any:
     return ffi
 
 
+def module_name(name: str, cdef: str) -> str:
+    """The cache's module for `cdef` (keyed by the declarations and cffi's version)."""
+    key = hashlib.sha256(f"{_cffi_backend.__version__}\0{cdef}".encode()).hexdigest()[:24]
+    return f"_offload_ffi_{name}_{key}"
+
+
 def ffi_for(name: str, cdef: str) -> Any:
     """An FFI declaring `cdef` (`name` names it in the cache): cast, new, typeof, string,
     callback, from_buffer and dlopen as cffi.FFI's; no further cdef."""
-    key = hashlib.sha256(f"{_cffi_backend.__version__}\0{cdef}".encode()).hexdigest()[:24]
-    module = f"_offload_ffi_{name}_{key}"
-    directory = _directory()
+    module = module_name(name, cdef)
+    try:
+        directory = _directory()
+    except OffloadError:                    # no private cache: parse in the process (the
+        return _parsed(cdef)                # compile cache says why, when it is used)
     path = os.path.join(directory, module + ".py")
     if not os.path.isfile(path):
         try:
             _write(module, cdef, directory, path)
         except OSError:
-            return _parsed(cdef)            # no cache here: parse in the process
+            return _parsed(cdef)
     spec = importlib.util.spec_from_file_location(module, path)
     if spec is None or spec.loader is None:
         return _parsed(cdef)

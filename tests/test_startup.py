@@ -107,3 +107,25 @@ def test_ffi_cache_keys_on_the_declarations(tmp_path, monkeypatch):
     with pytest.raises(AttributeError):
         a.dlopen(None).labs                             # noqa: B018 - not declared there
     assert len([f for f in os.listdir(tmp_path / "ffi") if f.endswith(".py")]) == 2
+
+
+def test_a_cache_others_can_write_is_not_run(tmp_path):
+    """What is in the cache is run, so a cache directory another user could write to (or
+    owns) is not used: a module planted there under the expected name is never imported;
+    the declarations are parsed in the process instead."""
+    cache = tmp_path / "cache"
+    (cache / "ffi").mkdir(parents=True)
+    cdef = "int abs(int);"
+    planted = cache / "ffi" / (ffi_cache.module_name("t", cdef) + ".py")
+    planted.write_text("import sys; sys.stdout.write('PLANTED'); raise SystemExit(9)\n")
+    os.chmod(cache, 0o777)
+    code = """
+        from offload.ffi_cache import ffi_for
+        print(ffi_for("t", "int abs(int);").dlopen(None).abs(-6))
+    """
+    res = _child(code, str(cache))
+    assert res.returncode == 0 and res.stdout == "6\n", res.stdout + res.stderr
+    os.chmod(cache, 0o700)
+    os.chmod(cache / "ffi", 0o770)
+    res = _child(code, str(cache))
+    assert res.returncode == 0 and res.stdout == "6\n", res.stdout + res.stderr
