@@ -5,6 +5,7 @@ from __future__ import annotations
 import cffi
 
 from ..errors import ErrorCode, OffloadError
+from ..ffi_cache import ffi_for
 
 CDEF = """
 typedef int CUresult;
@@ -135,8 +136,7 @@ ATTRIBUTES = {                                      # CU_DEVICE_ATTRIBUTE_*
     "max threads per multiprocessor": 39,
 }
 
-ffi = cffi.FFI()
-ffi.cdef(CDEF)
+ffi = ffi_for("cuda", CDEF)     # parsed once per machine (ffi_cache)
 
 _RESULT_CODES = {CUDA_ERROR_OUT_OF_MEMORY: ErrorCode.OUT_OF_RESOURCES,
                  CUDA_ERROR_INVALID_VALUE: ErrorCode.INVALID_VALUE,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import cffi
-
 from ..errors import ErrorCode, OffloadError
+from ..ffi_cache import ffi_for
 
 CDEF = """
 typedef int hsa_status_t;
@@ -198,8 +197,7 @@ HSA_FENCE_SCOPE_SYSTEM = 2
 HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS = 0
 
 
-ffi = cffi.FFI()
-ffi.cdef(CDEF)
+ffi = ffi_for("hsa", CDEF)     # parsed once per machine (ffi_cache)
 
 _STATUS_CODES = {HSA_STATUS_ERROR_OUT_OF_RESOURCES: ErrorCode.OUT_OF_RESOURCES,
                  HSA_STATUS_ERROR_INVALID_ARGUMENT: ErrorCode.INVALID_ARGUMENT}

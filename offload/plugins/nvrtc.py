@@ -7,10 +7,9 @@ import os
 import re
 from typing import Any
 
-import cffi
-
 from .. import config as _config
 from ..errors import ErrorCode, OffloadError
+from ..ffi_cache import ffi_for
 from ..image import Binary, Image, c_prototypes
 
 NVRTC_CDEF = """
@@ -32,8 +31,7 @@ nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 
 # enum values, given explicitly (checked against cuda.h by tests/test_cuda_header.py)
 
-_nvrtc_ffi = cffi.FFI()
-_nvrtc_ffi.cdef(NVRTC_CDEF)
+_nvrtc_ffi = ffi_for("nvrtc", NVRTC_CDEF)     # parsed once per machine (ffi_cache)
 _nvrtc: Any | None = None
 
 
