@@ -6,6 +6,7 @@ import sys
 
 from . import _accel
 from . import config as _config
+from .plugin_manager import discover
 from .runtime import current as _current
 
 
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in dev.info().items():
                 print(f"    {key:<24} {value}")
             number += 1
-    for clash in m.clashes:
+    # the runtime scans entry points only when it needs one; offload-info always says
+    for clash in m.clashes or discover()[1]:
         print(f"\nwarning: {clash}")
     return 0
 
