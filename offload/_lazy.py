@@ -21,7 +21,9 @@ class _OnFirstUse:
         module = self._module
         if module is None:
             module = self._module = importlib.import_module(self._name)
-        return getattr(module, attr)
+        value = getattr(module, attr)
+        self.__dict__[attr] = value         # found without __getattr__ from now on
+        return value
 
     def __repr__(self) -> str:
         return f"<{self._name}, imported on first use>"
