@@ -21,6 +21,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from .routes import by_route
+
 #: the profile being written, or None
 active: Profile | None = None
 
@@ -95,34 +97,39 @@ class Profile:
                                      "args": {"detail": detail}})
             self._events.append({**common, "tid": lane, "cat": "device", "args": args})
 
-    def copy(self, dev: Any, plugin: str, device: int, to_device: bool | None, size: int,
-             queue: Any, work: Callable[[], Any]) -> Any:
-        """Run the copy `work` (to_device None: to another device) and record it, its
-        route read from the device's counters (a copy inside another is the outer's)."""
+    def _timed(self, work: Callable[[], Any], sync: Callable[[], None] | None
+               ) -> tuple[Any, int, int] | None:
+        """(result, start, end) of `work`, waited for with `sync`; None when this thread
+        is already inside a recorded operation (that one records it)."""
         tls = self._tls
         if getattr(tls, "busy", False):
-            return work()
-        prefix, where = self._source()
-        before = dict(dev.stats)
+            return None
         tls.busy = True
         try:
             start = time.perf_counter_ns()
             result = work()
-            if queue is not None:
-                dev._sync_impl(queue)
-            end = time.perf_counter_ns()
+            if sync is not None:
+                sync()
+            return result, start, time.perf_counter_ns()
         finally:
             tls.busy = False
-        s = dev.stats
+
+    def copy(self, dev: Any, plugin: str, device: int, to_device: bool | None, size: int,
+             queue: Any, work: Callable[[], Any]) -> Any:
+        """Run the copy `work` (to_device None: to another device) and record it, its
+        route read from the device's counters (a copy inside another is the outer's)."""
+        prefix, where = self._source()
+        before = dict(dev.stats)
+        timed = self._timed(work, None if queue is None else lambda: dev._sync_impl(queue))
+        if timed is None:
+            return work()
+        result, start, end = timed
+        delta = {k: v - before[k] for k, v in dev.stats.items()}
         if to_device is None:
-            name, routes = "DevToDev", {"peer": s["peer"] - before["peer"]}
+            name, routes = "DevToDev", {"peer": delta["peer"]}
         else:
-            word = "to" if to_device else "from"
             name = "HostToDev" if to_device else "DevToHost"
-            staged = s[f"{word} staged"] - before[f"{word} staged"]
-            unpinned = s[f"{word} unpinned"] - before[f"{word} unpinned"] - staged
-            routes = {"pinned": s[f"{word} pinned"] - before[f"{word} pinned"],
-                      "staged": staged, "host" if dev.host_memory else "pageable": unpinned}
+            routes = by_route(delta, "to" if to_device else "from", dev.host_memory)
         moved = {r: n for r, n in routes.items() if n}
         route = max(moved, key=lambda r: moved[r]) if moved else "none"
         self._record(name, f"{prefix}Size={size}B", start, end, (plugin, device, queue),
@@ -134,19 +141,11 @@ class Profile:
                threads: int | None, queue: Any, sync: Callable[[], None],
                work: Callable[[], Any], tripcount: int = 0) -> Any:
         """Run the launch `work` and record it, timed to the kernel's end."""
-        tls = self._tls
-        if getattr(tls, "busy", False):
-            return work()
         prefix, where = self._source()
-        tls.busy = True
-        try:
-            start = time.perf_counter_ns()
-            result = work()
-            if queue is not None:
-                sync()
-            end = time.perf_counter_ns()
-        finally:
-            tls.busy = False
+        timed = self._timed(work, None if queue is None else sync)
+        if timed is None:
+            return work()
+        result, start, end = timed
         self._record("Kernel Target",
                      f"{prefix}NumArguments={nargs};NumTeams={teams or 0};"
                      f"TripCount={tripcount}",

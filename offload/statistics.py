@@ -5,25 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ErrorCode, OffloadError
+from .routes import ROUTES, by_route
 from .runtime import at_shutdown, operation
 from .runtime import current as _current
-
-ROUTES = ("pinned", "staged", "pageable", "host", "peer")
 
 
 def _routes(generic: Any, suffix: str = "") -> dict[str, dict[str, int]]:
     """By direction, the route counters (bytes; operations with suffix " ops")."""
-    s = generic.stats
-    unpinned_kind = "host" if generic.host_memory else "pageable"
-    out = {}
-    for way, word in (("to_device", "to"), ("from_device", "from")):
-        staged = s[f"{word} staged{suffix}"]
-        r = dict.fromkeys(ROUTES, 0)
-        r["pinned"] = s[f"{word} pinned{suffix}"]
-        r["staged"] = staged
-        r[unpinned_kind] = s[f"{word} unpinned{suffix}"] - staged
-        out[way] = r
-    return out
+    return {way: by_route(generic.stats, word, generic.host_memory, suffix)
+            for way, word in (("to_device", "to"), ("from_device", "from"))}
 
 
 def _total(ways: dict[str, dict[str, int]], peer: int) -> dict[str, int]:

@@ -8,7 +8,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
 # lower number = lower layer; a module may import only modules of a lower layer
 LAYERS = {
-    "errors": 0, "_lazy": 0, "cache_dir": 0.3, "ffi_cache": 0.6, "completions": 0, "tracing": 0, "profile": 0, "trace": 1, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
+    "errors": 0, "_lazy": 0, "cache_dir": 0.3, "ffi_cache": 0.6, "completions": 0, "tracing": 0, "routes": 0, "profile": 0.5, "trace": 1, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
     "diagnostics": 4, "pinned": 2, "image": 2, "compiler": 3, "targets": 3,
     "plugins._libc": 3, "plugins.args": 2, "plugins.memory_pool": 3, "plugins.queues": 3,
     "plugins.staging": 4, "plugins.exported": 4, "plugins.record_replay": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
