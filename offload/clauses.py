@@ -33,6 +33,25 @@ class MapType(enum.IntFlag):
     MEMBER = 1 << 40
 
 
+_KINDS = {0: "alloc", 1: "to", 2: "from", 3: "tofrom"}
+_MODIFIERS = ((MapType.ALWAYS, "always"), (MapType.CLOSE, "close"),
+              (MapType.PRESENT, "present"), (MapType.OMPX_HOLD, "ompx_hold"))
+
+
+def clause_text(t: int, name: str | None, motion: bool = False, ending: bool = False) -> str:
+    """The OpenMP clause behind map type bits `t` on `name`, as a user would write it:
+    `map(always, tofrom: a)`, `update to(a)`, `map(delete: a)` (an exit's `alloc` is
+    `release`)."""
+    what = name or "unknown"
+    if motion:
+        return f"update {'to' if t & MapType.TO else 'from'}({what})"
+    kind = "delete" if t & MapType.DELETE else _KINDS[t & 3]
+    if ending and kind == "alloc":
+        kind = "release"
+    mods = "".join(f"{m}, " for bit, m in _MODIFIERS if t & bit)
+    return f"map({mods}{kind}: {what})"
+
+
 class MapItem:
     """One map clause, reduced to addresses at the API edge."""
 

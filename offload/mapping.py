@@ -19,7 +19,7 @@ from typing import Any
 from . import _accel, profile, tracing
 from ._lazy import numpy as np
 from ._lazy import numpy_imported
-from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
+from .clauses import _NOT_PLAIN, MapClause, MapItem, MapType, clause_text, map_items
 from .config import Info
 from .diagnostics import (
     NULL_ILLEGAL,
@@ -377,7 +377,7 @@ class MappingTable:
                     c is not None and id(e) in c.created and (p, n) not in c.copied_to)):
                 if c is not None:
                     c.copied_to.add((p, n))
-                self._copy_to(p, tgt, n, e.name, queue, e)
+                self._copy_to(p, tgt, n, e.name, queue, e, t)
             return tgt, e
 
     def _make(self, e: HostDataToTarget, it: MapItem, queue: Any, c: _Construct | None) -> int:
@@ -401,7 +401,7 @@ class MappingTable:
             if int(it.type) & _TO:
                 if c is not None:
                     c.copied_to.add((p, n))
-                self._copy_to(p, tgt, n, it.name, queue)
+                self._copy_to(p, tgt, n, it.name, queue, None, int(it.type))
         except BaseException:
             self._abandon(e)
             raise
@@ -502,7 +502,7 @@ class MappingTable:
         if back:
             assert f is not None
             try:
-                self._copy_from(p, f.tgt_begin, n, f.name, None, f)
+                self._copy_from(p, f.tgt_begin, n, f.name, None, f, t)
             finally:
                 self._leave(f)
         elif last:
@@ -531,12 +531,20 @@ class MappingTable:
                 self.release_busy([e])
 
     def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
-                 e: HostDataToTarget | None = None) -> None:
+                 e: HostDataToTarget | None = None, t: int = _TO, motion: bool = False
+                 ) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size={n}, Name={name or 'unknown'}")
-        with tracing.submit(self.number, tgt, p, n):
-            self.plugin.data_submit(self.device, tgt, p, n, queue)
+        prof = profile.active
+        if prof is not None:
+            prof.clause(clause_text(t, name, motion))
+        try:
+            with tracing.submit(self.number, tgt, p, n):
+                self.plugin.data_submit(self.device, tgt, p, n, queue)
+        finally:
+            if prof is not None:
+                prof.clause(None)
         if e is not None and e.shadows:       # the copy brought host pointers along:
             if queue is not None:             # their device values go back on top
                 self.plugin.synchronize(self.device, queue)
@@ -545,12 +553,20 @@ class MappingTable:
                     self._store_pointer(e, addr, dev_value)
 
     def _copy_from(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
-                   e: HostDataToTarget | None = None) -> None:
+                   e: HostDataToTarget | None = None, t: int = _FROM, motion: bool = False
+                   ) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:016x}, "
                       f"HstPtr=0x{p:016x}, Size={n}, Name={name or 'unknown'}")
-        with tracing.retrieve(self.number, p, tgt, n):
-            self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+        prof = profile.active
+        if prof is not None:
+            prof.clause(clause_text(t, name, motion, ending=True))
+        try:
+            with tracing.retrieve(self.number, p, tgt, n):
+                self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+        finally:
+            if prof is not None:
+                prof.clause(None)
         if e is not None and e.shadows:       # device pointers came back: the host
             if queue is not None:             # keeps its own values
                 self.plugin.synchronize(self.device, queue)
@@ -645,7 +661,7 @@ class MappingTable:
                                 "array")
         c = _Construct() if len(items) > 1 else None     # as in target_data_begin
         dying: list[HostDataToTarget] = []               # last reference dropped here
-        copies: list[tuple[int, int, HostDataToTarget]] = []
+        copies: list[tuple[int, int, HostDataToTarget, int]] = []
         error_: OffloadError | None = None
         held: list[HostDataToTarget] = []
         synced = queue is None
@@ -657,9 +673,9 @@ class MappingTable:
                     error_ = error_ or exc
             if dying:
                 self._drain(dying, own, held)
-            for p, n, e in copies:
+            for p, n, e, t in copies:
                 try:
-                    self._copy_back(p, n, e, queue)
+                    self._copy_back(p, n, e, queue, t)
                 except OffloadError as exc:
                     error_ = error_ or exc
             if dying and queue is not None:
@@ -742,7 +758,7 @@ class MappingTable:
 
     def _end_one(self, it: MapItem, c: _Construct | None, copy_back: bool,
                  dying: list[HostDataToTarget],
-                 copies: list[tuple[int, int, HostDataToTarget]]) -> None:
+                 copies: list[tuple[int, int, HostDataToTarget, int]]) -> None:
         """One clause's reference dropped; the copies back it calls for are appended to
         `copies` (made once the construct's entries are drained)."""
         p, n, t = it.host, it.size, int(it.type)
@@ -802,7 +818,7 @@ class MappingTable:
             return
         if c is None:                          # the only clause: copy now or never
             if n > 0 and (t & _ALWAYS or last or released_before):
-                copies.append((p, n, e))
+                copies.append((p, n, e, t))
             return
         todo: list[MapItem] = []
         if t & _FROM and n > 0:
@@ -817,15 +833,17 @@ class MappingTable:
             if key in c.copied_from:
                 continue
             c.copied_from.add(key)
-            copies.append((d.host, d.size, e))
+            copies.append((d.host, d.size, e, int(d.type)))
 
-    def _copy_back(self, p: int, n: int, e: HostDataToTarget, queue: Any) -> None:
+    def _copy_back(self, p: int, n: int, e: HostDataToTarget, queue: Any, t: int = _FROM
+                   ) -> None:
         """Copy [p, p+n) back from entry `e`, as far as `e` holds it: an implicit item may
         meet a smaller mapping (another thread released the region's own and mapped a part
         of the array since); the bytes outside it have no device copy to come from."""
         lo, hi = max(p, e.hst_begin), min(p + n, e.hst_end)
         if hi > lo:
-            self._copy_from(lo, e.tgt_begin + (lo - e.hst_begin), hi - lo, e.name, queue, e)
+            self._copy_from(lo, e.tgt_begin + (lo - e.hst_begin), hi - lo, e.name, queue, e,
+                            t)
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
@@ -851,9 +869,9 @@ class MappingTable:
                 if self.info & _I_EXISTS:
                     self.say_found(p, n, e)
                 if t & _TO:
-                    self._copy_to(p, tgt, n, e.name, queue, e)
+                    self._copy_to(p, tgt, n, e.name, queue, e, _TO, motion=True)
                 if t & _FROM:
-                    self._copy_from(p, tgt, n, e.name, queue, e)
+                    self._copy_from(p, tgt, n, e.name, queue, e, _FROM, motion=True)
                 if queue is not None and hold is None:
                     self.plugin.synchronize(self.device, queue)
             except BaseException:

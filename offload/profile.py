@@ -6,8 +6,10 @@ events on the calling thread, each with LLVM's `detail` (the source location, th
 LIBOMPTARGET_PROFILE_GRANULARITY microseconds (default 500, as LLVM), and one
 `Total <name>` event per name whatever the granularity. Beyond it, every copy and
 kernel also on a lane of its device queue, with its bytes, route (pinned, staged,
-pageable, host, peer), kernel name and source (Python `file:line`, or a C program's
-`ident_t`), timed to its completion: a queued operation is waited for while profiling.
+pageable, host, peer), map clause, kernel name and source (Python `file:line`, or a C
+program's `ident_t`), timed to its completion: by timing events on its queue where the
+device has them (DeviceClock), else by the host's clock; a queued operation is waited
+for while profiling.
 
 With no profile each hook costs one global lookup."""
 from __future__ import annotations
@@ -28,6 +30,7 @@ active: Profile | None = None
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DEVICE_LANES = 1 << 20          # lane tids start here (OS thread ids are below)
+_REANCHOR_NS = 4_000_000_000     # a device clock's anchor moves on after 4 s
 
 
 class Profile:
@@ -82,8 +85,9 @@ class Profile:
             tid = self._lanes[key] = _DEVICE_LANES + len(self._lanes)
         return tid
 
-    def _record(self, name: str, detail: str, start: int, end: int,
-                where: tuple[str, int, Any], args: dict[str, Any]) -> None:
+    def _record(self, name: str, detail: str, span: _Span, where: tuple[str, int, Any],
+                args: dict[str, Any]) -> None:
+        start, end = span.start, span.end
         dur = (end - start) / 1000.0
         with self._lock:
             lane = self._lane(*where)
@@ -97,33 +101,63 @@ class Profile:
                                      "args": {"detail": detail}})
             self._events.append({**common, "tid": lane, "cat": "device", "args": args})
 
-    def _timed(self, work: Callable[[], Any], sync: Callable[[], None] | None
-               ) -> tuple[Any, int, int] | None:
-        """(result, start, end) of `work`, waited for with `sync`; None when this thread
-        is already inside a recorded operation (that one records it)."""
+    def _timed(self, dev: Any, queue: Any, work: Callable[[Any], Any], device_clock: bool
+               ) -> tuple[Any, _Span, bool]:
+        """Run `work(q)` waited to completion: (its result, its span, whether it is this
+        thread's outermost recorded operation). On a device with a clock (and
+        `device_clock`) `q` is `queue` or, for synchronous work, a queue of the device's
+        own, and the span is the device's, between two timing events around the work;
+        else the host's wall time. An operation inside another gives its device span to
+        the outer one (a C program's kernel, launched by the plugin)."""
         tls = self._tls
-        if getattr(tls, "busy", False):
-            return None
-        tls.busy = True
+        outer = not getattr(tls, "busy", False)
+        if not outer and not tls.want_inner:
+            return work(queue), _NO_SPAN, False
+        clock = dev.profile_clock() if device_clock else None
+        if outer:
+            tls.busy, tls.inner, tls.want_inner = True, None, clock is None
         try:
-            start = time.perf_counter_ns()
-            result = work()
-            if sync is not None:
-                sync()
-            return result, start, time.perf_counter_ns()
+            if clock is None:
+                start = time.perf_counter_ns()
+                result = work(queue)
+                if queue is not None:
+                    dev._sync_impl(queue)
+                span = _Span(start, time.perf_counter_ns(), "host")
+            else:
+                with dev.queue(queue) as q:
+                    a = clock.mark(q)
+                    try:
+                        result = work(q)
+                        b = clock.mark(q)
+                    except BaseException:
+                        clock.forget(a)
+                        raise
+                    dev._sync_impl(q)
+                span = clock.span(a, b)
+            if not outer:
+                inner = tls.inner
+                tls.inner = span if inner is None else inner.join(span)
+            elif clock is None and tls.inner is not None:
+                span = tls.inner
+            return result, span, outer
         finally:
-            tls.busy = False
+            if outer:
+                tls.busy = False
+
+    def clause(self, text: str | None) -> None:
+        """The map clause (or motion) behind the copies that follow on this thread, named
+        in their events; None when that clause's copies are done."""
+        self._tls.clause = text
 
     def copy(self, dev: Any, plugin: str, device: int, to_device: bool | None, size: int,
-             queue: Any, work: Callable[[], Any]) -> Any:
-        """Run the copy `work` (to_device None: to another device) and record it, its
+             queue: Any, work: Callable[[Any], Any]) -> Any:
+        """Run the copy `work(q)` (to_device None: to another device) and record it, its
         route read from the device's counters (a copy inside another is the outer's)."""
         prefix, where = self._source()
         before = dict(dev.stats)
-        timed = self._timed(work, None if queue is None else lambda: dev._sync_impl(queue))
-        if timed is None:
-            return work()
-        result, start, end = timed
+        result, span, outer = self._timed(dev, queue, work, True)
+        if not outer:
+            return result
         delta = {k: v - before[k] for k, v in dev.stats.items()}
         if to_device is None:
             name, routes = "DevToDev", {"peer": delta["peer"]}
@@ -132,26 +166,30 @@ class Profile:
             routes = by_route(delta, "to" if to_device else "from", dev.host_memory)
         moved = {r: n for r, n in routes.items() if n}
         route = max(moved, key=lambda r: moved[r]) if moved else "none"
-        self._record(name, f"{prefix}Size={size}B", start, end, (plugin, device, queue),
-                     {"bytes": size, "route": route, "routes": moved, "device": device,
-                      "plugin": plugin, "source": where})
+        args = {"bytes": size, "route": route, "routes": moved, "device": device,
+                "plugin": plugin, "source": where, "clock": span.clock}
+        clause = getattr(self._tls, "clause", None)
+        if clause is not None:
+            args["clause"] = clause
+        self._record(name, f"{prefix}Size={size}B", span, (plugin, device, queue), args)
         return result
 
-    def kernel(self, plugin: str, device: int, name: str, nargs: int, teams: int | None,
-               threads: int | None, queue: Any, sync: Callable[[], None],
-               work: Callable[[], Any], tripcount: int = 0) -> Any:
-        """Run the launch `work` and record it, timed to the kernel's end."""
+    def kernel(self, dev: Any, plugin: str, device: int, name: str, nargs: int,
+               teams: int | None, threads: int | None, queue: Any,
+               work: Callable[[Any], Any], tripcount: int = 0,
+               device_clock: bool = True) -> Any:
+        """Run the launch `work(q)` and record it, timed to the kernel's end (by the
+        kernel launched inside it when `device_clock` is False)."""
         prefix, where = self._source()
-        timed = self._timed(work, None if queue is None else sync)
-        if timed is None:
-            return work()
-        result, start, end = timed
+        result, span, outer = self._timed(dev, queue, work, device_clock)
+        if not outer:
+            return result
         self._record("Kernel Target",
                      f"{prefix}NumArguments={nargs};NumTeams={teams or 0};"
                      f"TripCount={tripcount}",
-                     start, end, (plugin, device, queue),
+                     span, (plugin, device, queue),
                      {"kernel": name, "teams": teams, "threads": threads, "device": device,
-                      "plugin": plugin, "source": where})
+                      "plugin": plugin, "source": where, "clock": span.clock})
         return result
 
     # ---- the file -------------------------------------------------------------------
@@ -184,6 +222,71 @@ class Profile:
         with open(tmp, "w") as f:
             json.dump(data, f)
         os.replace(tmp, self.path)
+
+
+class _Span:
+    """When an operation ran, in perf_counter nanoseconds, and by which clock."""
+
+    __slots__ = ("clock", "end", "start")
+
+    def __init__(self, start: int, end: int, clock: str):
+        self.start, self.end, self.clock = start, end, clock
+
+    def join(self, other: _Span) -> _Span:
+        return _Span(min(self.start, other.start), max(self.end, other.end), self.clock)
+
+
+_NO_SPAN = _Span(0, 0, "host")
+
+
+class DeviceClock:
+    """A device's timing events placed on the host's clock: one anchor event, recorded
+    and waited for when the clock is made, is taken to complete at that host time."""
+
+    def __init__(self, dev: Any, first: Any):
+        self._dev = dev
+        self._anchor = first
+        with dev.queue() as q:
+            dev._event_record_impl(first, q)
+            dev._event_sync_impl(first)
+        self._anchor_ns = time.perf_counter_ns()
+
+    @staticmethod
+    def of(dev: Any) -> DeviceClock | None:
+        """The clock of `dev`, or None where its plugin has no timing events."""
+        first = dev._timing_event_impl()
+        return None if first is None else DeviceClock(dev, first)
+
+    def mark(self, queue: Any) -> Any:
+        """A timing event recorded on `queue` now."""
+        dev = self._dev
+        ev = dev._timing_event_impl()
+        try:
+            dev._event_record_impl(ev, queue)
+        except BaseException:
+            dev._event_destroy_impl(ev)
+            raise
+        return ev
+
+    def forget(self, ev: Any) -> None:
+        self._dev._event_destroy_impl(ev)
+
+    def span(self, a: Any, b: Any) -> _Span:
+        """The device time from event `a` to `b` (recorded in this order on one queue),
+        on the host's clock, once `b` is complete; both events are used up."""
+        dev = self._dev
+        try:
+            dev._event_sync_impl(b)            # an event is not its queue's last work
+            start = self._anchor_ns + dev._event_elapsed_ns_impl(self._anchor, a)
+            end = start + dev._event_elapsed_ns_impl(a, b)
+        finally:
+            dev._event_destroy_impl(a)
+        if end - self._anchor_ns > _REANCHOR_NS:   # a float's milliseconds lose the
+            dev._event_destroy_impl(self._anchor)  # microseconds: start from b
+            self._anchor, self._anchor_ns = b, end
+        else:
+            dev._event_destroy_impl(b)
+        return _Span(start, end, "device")
 
 
 def _program() -> str:

@@ -78,7 +78,7 @@ def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
 
 @pytest.mark.parametrize("cmd", [
     ["-m", "offload.cli"], ["examples/prelock.py"], ["bench/lock.py"], ["bench/overhead.py"],
-    ["bench/transfers.py"], ["bench/staging.py"], ["bench/peer.py"],
+    ["bench/transfers.py"], ["bench/staging.py"], ["bench/peer.py"], ["bench/profile_cost.py"],
 ])
 def test_every_command_has_help(cmd):
     out = subprocess.run([sys.executable, *cmd, "--help"], capture_output=True, text=True,

@@ -156,6 +156,12 @@ def test_a_c_program_profiles_as_under_llvm(built, ours, tmp_path):  # noqa: F81
         totals = {e["name"]: e["args"]["count"] for e in data["traceEvents"]
                   if e["name"] in ("Total HostToDev", "Total DevToHost", "Total Kernel Target")}
         counted[who] = (sorted(mine), totals)
+        if who == "offload":
+            clauses = sorted(e["args"].get("clause") for e in _device_events(data)
+                             if e["name"] != "Kernel Target")
+            # the C program's clauses (built without -g: no map names, as LLVM says)
+            assert clauses == ["map(to: unknown)", "map(tofrom: unknown)",
+                               "map(tofrom: unknown)", "update from(unknown)"], clauses
     # LLVM 19 times no copy of `target update` (targetDataContiguous retrieves without a
     # time scope): offload's trace has that DevToHost too, and otherwise LLVM's events
     llvm_events, llvm_totals = counted["llvm"]

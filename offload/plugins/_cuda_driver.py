@@ -69,6 +69,8 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
@@ -120,6 +122,7 @@ CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_READ_ONLY = 0x08
 CU_MEM_ATTACH_GLOBAL = 0x1
 CU_STREAM_NON_BLOCKING = 0x1
+CU_EVENT_DEFAULT = 0x0
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3

@@ -137,12 +137,18 @@ hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, uint32_t type,
     void (*callback)(hsa_status_t status, hsa_queue_t *source, void *data), void *data,
     uint32_t private_segment_size, uint32_t group_segment_size, hsa_queue_t **queue);
 hsa_status_t hsa_queue_destroy(hsa_queue_t *queue);
+typedef struct { uint64_t start; uint64_t end; } hsa_amd_profiling_dispatch_time_t;
+hsa_status_t hsa_amd_profiling_set_profiler_enabled(hsa_queue_t *queue, int enable);
+hsa_status_t hsa_amd_profiling_get_dispatch_time(hsa_agent_t agent, hsa_signal_t signal,
+                                                 hsa_amd_profiling_dispatch_time_t *time);
+hsa_status_t hsa_system_get_info(int attribute, void *value);
 uint64_t hsa_queue_add_write_index_relaxed(const hsa_queue_t *queue, uint64_t value);
 uint64_t hsa_queue_load_read_index_scacquire(const hsa_queue_t *queue);
 """
 
 # enum values, given explicitly (checked against the HSA headers by tests/test_amdgpu.py)
 HSA_STATUS_SUCCESS = 0x0
+HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY = 3                 # hsa_system_info_t
 HSA_STATUS_INFO_BREAK = 0x1
 HSA_STATUS_ERROR_INVALID_ARGUMENT = 0x1001
 hsaHostToDevice, hsaDeviceToHost = 1, 2              # hsa_amd_copy_direction_t

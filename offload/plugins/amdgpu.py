@@ -18,7 +18,7 @@ from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import check_code_object, kernel_metadata, metadata_param, target_features
 from . import _hsa_runtime as H
-from ._hsa_queues import AQLQueue, KernargArena, SignalPool
+from ._hsa_queues import _NO_SIGNAL, AQLQueue, KernargArena, SignalPool
 from ._hsa_runtime import HSA, ffi, uint
 from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
@@ -65,10 +65,12 @@ class _Queue:
 
 
 class _Event:
-    """An AMDGPU event: a signal of its own (None until first recorded)."""
+    """An AMDGPU event: a signal of its own (None until first recorded); a timing event
+    is always a barrier-AND packet, whose completion ROCr timestamps."""
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = False) -> None:
         self.sig: Any = None
+        self.timed = timed
 
 
 class AMDGPUDevice(GenericDevice):
@@ -84,6 +86,7 @@ class AMDGPUDevice(GenericDevice):
         self.max_grid = hsa.agent_u32(self.agent, H.HSA_AGENT_INFO_GRID_MAX_SIZE, 2**32 - 1)
         self.error: str | None = None             # set by the queue error callback
         self.hw_queues: list[AQLQueue] = []
+        self._profiled = 0                        # the timestamp frequency, once profiled
         for _ in range(HW_QUEUES):
             q = AQLQueue(hsa, self.agent, 1024, self.plugin.queue_error_callback)
             self.hw_queues.append(q)
@@ -254,12 +257,13 @@ class AMDGPUDevice(GenericDevice):
         if event.sig is None:
             event.sig = self.plugin.signals.get()
         dep = self._pending(queue) if isinstance(queue, _Queue) else None
-        if dep is None:
+        if dep is None and not event.timed:
             lib.hsa_signal_store_screlease(event.sig, 0)          # nothing queued: complete
             return
         lib.hsa_signal_store_screlease(event.sig, 1)
         with self._dispatch_lock:
-            queue.hw.barrier_and(dep, self._check_error, done=event.sig)
+            queue.hw.barrier_and(_NO_SIGNAL if dep is None else dep, self._check_error,
+                                 done=event.sig)
 
     def _event_query_impl(self, event: Any) -> bool:
         if event.sig is None:
@@ -289,6 +293,26 @@ class AMDGPUDevice(GenericDevice):
         sig, event.sig = event.sig, None
         if sig is not None and self.plugin.hsa.lib.hsa_signal_load_scacquire(sig) == 0:
             self.plugin.signals.put(sig)        # a pending one is never reused: dropped
+
+    def _timing_event_impl(self) -> Any:
+        hsa = self.plugin.hsa
+        if not self._profiled:                 # ROCr timestamps packets of these queues
+            for hw in self.hw_queues:
+                hsa.check(hsa.lib.hsa_amd_profiling_set_profiler_enabled(hw.q, 1),
+                          "hsa_amd_profiling_set_profiler_enabled")
+            freq = _ffi.new("uint64_t *")
+            hsa.check(hsa.lib.hsa_system_get_info(H.HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY, freq),
+                      "hsa_system_get_info(TIMESTAMP_FREQUENCY)")
+            self._profiled = freq[0]
+        return _Event(timed=True)
+
+    def _event_elapsed_ns_impl(self, start: Any, end: Any) -> int:
+        hsa = self.plugin.hsa
+        t = _ffi.new("hsa_amd_profiling_dispatch_time_t[2]")
+        for i, ev in enumerate((start, end)):
+            hsa.check(hsa.lib.hsa_amd_profiling_get_dispatch_time(self.agent, ev.sig, t + i),
+                      "hsa_amd_profiling_get_dispatch_time")
+        return (t[1].end - t[0].end) * 1_000_000_000 // self._profiled
 
     # ---- kernels ----------------------------------------------------------
     def _load_impl(self, binary: Binary) -> Any:

@@ -87,6 +87,7 @@ class GenericDevice:
         #: With each, "<key> ops": the operations that moved them; and "pool hits": device
         #: allocations the pool served.
         self.stats = dict.fromkeys((*ROUTE_KEYS, *_OPS.values(), "pool hits"), 0)
+        self._clock: profile.DeviceClock | bool | None = None   # profile_clock's (False: none)
 
     def count(self, key: str, nbytes: int) -> None:
         """One operation moved `nbytes` by route `key` (a key of `stats`)."""
@@ -172,6 +173,22 @@ class GenericDevice:
         """Make later work on `queue` wait for `event`, without blocking the host."""
 
     def _event_destroy_impl(self, event: Any) -> None: ...
+
+    def _timing_event_impl(self) -> Any:
+        """A new event whose completion the device timestamps, for the profile; None:
+        the device has no clock of its own (the profile takes the host's)."""
+        return None
+
+    def _event_elapsed_ns_impl(self, start: Any, end: Any) -> int:
+        """Device nanoseconds from timing event `start` to `end`, both complete."""
+        raise NotImplementedError
+
+    def profile_clock(self) -> profile.DeviceClock | None:
+        """The device's clock for the profile (made at first use), or None."""
+        clock = self._clock
+        if clock is None:
+            clock = self._clock = profile.DeviceClock.of(self) or False
+        return clock if isinstance(clock, profile.DeviceClock) else None
 
     def _host_function_impl(self, queue: Any, fn: Callable[[], None]) -> bool:
         """Queue a host function on `queue`; False: the generic layer waits for the
@@ -297,10 +314,10 @@ class GenericDevice:
                    threads: int, tripcount: int) -> tuple[int, int, str]:
         p = profile.active
         if p is not None:
-            return p.kernel(self.plugin.name, self.id, name, len(args), teams, threads, None,
-                            lambda: None, lambda: self._omp_launch(program, name, args, teams,
-                                                                   threads, tripcount),
-                            tripcount)
+            return p.kernel(self, self.plugin.name, self.id, name, len(args), teams, threads,
+                            None, lambda q: self._omp_launch(program, name, args, teams,
+                                                             threads, tripcount),
+                            tripcount, device_clock=False)
         return self._omp_launch(program, name, args, teams, threads, tripcount)
 
     def _omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
@@ -469,9 +486,8 @@ class GenericDevice:
                                f"shared_mem={shared_mem}: expected a byte count >= 0")
         p = profile.active
         if p is not None:
-            p.kernel(self.plugin.name, self.id, k.name, len(args), teams, threads, queue,
-                     lambda: self._sync_impl(queue),
-                     lambda: self._launch_impl(k, args, teams, threads, queue, shared_mem))
+            p.kernel(self, self.plugin.name, self.id, k.name, len(args), teams, threads, queue,
+                     lambda q: self._launch_impl(k, args, teams, threads, q, shared_mem))
         else:
             self._launch_impl(k, args, teams, threads, queue, shared_mem)
 
@@ -682,7 +698,7 @@ class GenericPlugin(Generic[DeviceT]):
         p = profile.active
         if p is not None:
             p.copy(self.device(d), self.name, d, True, size, queue,
-                   lambda: self._data_submit(d, tgt, host, size, queue))
+                   lambda q: self._data_submit(d, tgt, host, size, q))
         else:
             self._data_submit(d, tgt, host, size, queue)
 
@@ -699,7 +715,7 @@ class GenericPlugin(Generic[DeviceT]):
         p = profile.active
         if p is not None:
             p.copy(self.device(d), self.name, d, False, size, queue,
-                   lambda: self._data_retrieve(d, host, tgt, size, queue))
+                   lambda q: self._data_retrieve(d, host, tgt, size, q))
         else:
             self._data_retrieve(d, host, tgt, size, queue)
 
@@ -792,8 +808,8 @@ class GenericPlugin(Generic[DeviceT]):
             for n in shape:
                 size *= n
             p.copy(self.device(d), self.name, d, to_device, size, None,
-                   lambda: self._data_update_strided(d, to_device, host, tgt, shape, strides,
-                                                     itemsize))
+                   lambda q: self._data_update_strided(d, to_device, host, tgt, shape,
+                                                       strides, itemsize))
         else:
             self._data_update_strided(d, to_device, host, tgt, shape, strides, itemsize)
 
@@ -847,8 +863,8 @@ class GenericPlugin(Generic[DeviceT]):
         p = profile.active
         if p is not None:
             return bool(p.copy(dev, self.name, src_d, None, size, queue,
-                               lambda: self._data_exchange(dev, dst_plugin, dst_d, src, dst,
-                                                           size, queue)))
+                               lambda q: self._data_exchange(dev, dst_plugin, dst_d, src,
+                                                             dst, size, q)))
         return self._data_exchange(dev, dst_plugin, dst_d, src, dst, size, queue)
 
     @staticmethod

@@ -410,6 +410,20 @@ class CUDADevice(GenericDevice):
     def _event_destroy_impl(self, event: Any) -> None:
         self.plugin.drv.lib.cuEventDestroy_v2(event)
 
+    def _timing_event_impl(self) -> Any:
+        self.activate()
+        ev = _ffi.new("CUevent *")
+        self.plugin.drv.check(self.plugin.drv.lib.cuEventCreate(ev, C.CU_EVENT_DEFAULT),
+                              "cuEventCreate")
+        return ev[0]
+
+    def _event_elapsed_ns_impl(self, start: Any, end: Any) -> int:
+        lib = self.plugin.drv.lib
+        elapsed = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
+        ms = _ffi.new("float *")
+        self.plugin.drv.check(elapsed(ms, start, end), "cuEventElapsedTime")
+        return round(ms[0] * 1e6)
+
     def _query_impl(self, queue: Any) -> bool:
         rc = self.plugin.drv.lib.cuStreamQuery(queue)
         if rc == C.CUDA_ERROR_NOT_READY:

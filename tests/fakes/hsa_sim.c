@@ -460,9 +460,17 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
   return HSA_STATUS_SUCCESS;
 }
 
+/* the system clock domain: CLOCK_MONOTONIC nanoseconds (frequency 1 GHz) */
+static uint64_t ticks(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 /* ---- signals ------------------------------------------------------------- */
 struct sim_queue;
-typedef struct { hsa_signal_value_t v; pthread_mutex_t m; pthread_cond_t c; struct sim_queue *doorbell_of; } sig_t;
+typedef struct { hsa_signal_value_t v; pthread_mutex_t m; pthread_cond_t c; struct sim_queue *doorbell_of;
+                 uint64_t start_ts, end_ts; /* a profiled packet's, system ticks (ns) */ } sig_t;
 static sig_t *S(hsa_signal_t s) { return (sig_t *)(uintptr_t)s.handle; }
 
 hsa_status_t hsa_signal_create(hsa_signal_value_t initial, uint32_t n, const hsa_agent_t *consumers, hsa_signal_t *out) {
@@ -760,7 +768,7 @@ hsa_status_t hsa_executable_symbol_get_info(hsa_executable_symbol_t sym, hsa_exe
 
 /* ---- queues: a worker per queue runs published packets, checking them as ROCr does -- */
 struct sim_queue {
-  hsa_queue_t q; uint64_t write, read; int agent, stop, suspended;
+  hsa_queue_t q; uint64_t write, read; int agent, stop, suspended, profiling;
   pthread_mutex_t m; pthread_cond_t c; pthread_t worker;
   void (*cb)(hsa_status_t, hsa_queue_t *, void *); void *data;
 };
@@ -805,7 +813,10 @@ static void run_kernel(struct sim_queue *q, hsa_kernel_dispatch_packet_t *p) {
   uint16_t wgs[3] = {p->workgroup_size_x, p->workgroup_size_y, p->workgroup_size_z};
   if (fn) fn(p->kernarg_address, grid, wgs);
   else fprintf(stderr, "hsa_sim: no host function registered for kernel %s\n", base);
-  if (p->completion_signal.handle) sig_add(p->completion_signal, -1, 0);
+  if (p->completion_signal.handle) {
+    if (q->profiling) S(p->completion_signal)->end_ts = ticks();
+    sig_add(p->completion_signal, -1, 0);
+  }
 }
 
 static void *queue_worker(void *arg) {
@@ -820,10 +831,14 @@ static void *queue_worker(void *arg) {
     uint16_t type = __atomic_load_n(&p->header, __ATOMIC_ACQUIRE) & 0xff;
     pthread_mutex_unlock(&q->m);
     jitter();
+    /* a profiled packet's completion signal gets its start and end (system ticks) */
+    sig_t *timed = q->profiling && p->completion_signal.handle ? S(p->completion_signal) : NULL;
+    if (timed) { timed->end_ts = 0; timed->start_ts = ticks(); }
     if (type == HSA_PACKET_TYPE_KERNEL_DISPATCH) run_kernel(q, p);
     else if (type == HSA_PACKET_TYPE_BARRIER_AND) {
       hsa_barrier_and_packet_t *b = (hsa_barrier_and_packet_t *)p;
       for (int i = 0; i < 5; i++) if (b->dep_signal[i].handle) wait_done(b->dep_signal[i]);
+      if (timed) timed->end_ts = ticks();
       if (b->completion_signal.handle) sig_add(b->completion_signal, -1, 0);
     }
     pthread_mutex_lock(&q->m);
@@ -858,6 +873,37 @@ hsa_status_t hsa_queue_create(hsa_agent_t agent, uint32_t size, hsa_queue_type32
   pthread_create(&q->worker, NULL, queue_worker, q);
   *queue = &q->q;
   return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_amd_profiling_set_profiler_enabled(hsa_queue_t *queue, int enable) {
+  ENTER("hsa_amd_profiling_set_profiler_enabled");
+  if (!queue) return HSA_STATUS_ERROR_INVALID_QUEUE;
+  __atomic_store_n(&((struct sim_queue *)queue)->profiling, enable != 0, __ATOMIC_SEQ_CST);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_amd_profiling_get_dispatch_time(hsa_agent_t agent, hsa_signal_t signal,
+                                                 hsa_amd_profiling_dispatch_time_t *time) {
+  ENTER("hsa_amd_profiling_get_dispatch_time");
+  if (agent_index(agent) < 1) return HSA_STATUS_ERROR_INVALID_AGENT;
+  if (!signal.handle) return HSA_STATUS_ERROR_INVALID_SIGNAL;
+  if (!time) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  sig_t *g = S(signal);
+  /* strict: the packet must have been profiled and have completed */
+  if (!g->end_ts || hsa_signal_load_scacquire(signal) != 0) return HSA_STATUS_ERROR_INVALID_SIGNAL;
+  time->start = g->start_ts;
+  time->end = g->end_ts;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_system_get_info(hsa_system_info_t attribute, void *value) {
+  ENTER("hsa_system_get_info");
+  if (!value) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  switch (attribute) {
+  case HSA_SYSTEM_INFO_TIMESTAMP: *(uint64_t *)value = ticks(); return HSA_STATUS_SUCCESS;
+  case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: *(uint64_t *)value = 1000000000ull; return HSA_STATUS_SUCCESS;
+  default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
 }
 
 hsa_status_t hsa_queue_destroy(hsa_queue_t *queue) {
