@@ -1,0 +1,162 @@
+"""The per-device mapping table (libomptarget's HostDataToTarget map) and the three
+data operations, target_data_begin / target_data_end / target_data_update, with
+LLVM's rules (docs/semantics.md, "Mapping"; LLVM's offload/test/mapping).
+
+Begin is all or nothing. Within one construct (all the clauses of one call), the
+clauses naming one array act as LLVM's do: the entry is created once, `to` copies
+when this construct created it, `from` runs when this construct drops the last
+reference whatever the clause order, and each copy happens once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import _accel
+from .._lazy import numpy as np
+from .._lazy import numpy_imported
+from ..clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
+from ..config import Info
+from ..entries import INF, HostDataToTarget
+from ..plugins.common import AllocKind, GenericPlugin
+from ._base import _FROM, _TO, TRACED, _held_lock
+from .begin import Begin
+from .end import End
+
+__all__ = ["INF", "TRACED", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
+           "map_items"]
+
+
+class MappingTable(Begin, End):
+    """Sorted, non-overlapping mappings of one device and the rules that change them."""
+
+    def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
+        super().__init__(plugin, device, number, info)
+        fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
+                                 MappingTable.begin_plain, MappingTable.end_plain,
+                                 MappingTable._release, MappingTable.update_plain)
+        #: with the accelerator: a region's arguments on mapped data, marked in use, as
+        #: (device arguments, entries) or None; and release_busy for those entries
+        self.present: Callable[..., Any] | None = None
+        self.release_present: Callable[[list], Any] = self.release_busy
+        #: with the accelerator: target_update(to, from_) of one plain array, done (True),
+        #: or None when the lists hold anything else
+        self.update_arrays: Callable[[Any, Any], Any] | None = None
+        if fast is not None:
+            begin, end, update, present, release, arrays = fast
+            self.update_arrays = arrays
+            if begin is not None and end is not None:
+                self.begin_plain, self.end_plain = begin, end  # type: ignore[method-assign]
+            if update is not None:
+                self.update_plain = update                 # type: ignore[method-assign]
+            if present is not None and release is not None:
+                self.present, self.release_present = present, release
+        #: MapClause.plain for the constructs on this table (in C with the accelerator)
+        #: (a C program's library, numpy not imported: its constructs make no MapClause)
+        self.plain_of: Callable[[MapClause], Any] = MapClause.plain if not numpy_imported() \
+            else _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
+            or MapClause.plain
+
+    # ---- one plain clause (the common construct), in fewer steps ------------------------
+    def begin_plain(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
+                    busy: list[HostDataToTarget] | None = None) -> int:
+        """`target_data_begin([item], None, busy)[0]` for one clause mapping [p, p+n)
+        (n > 0) whose type has no bits but TO and FROM, on a table without INFO: the same
+        effects, in fewer steps when the range starts a ready mapping that holds it, or
+        touches none; anything else goes through target_data_begin."""
+        with self._lock:
+            e = self._by_start.get(p)
+            if e is not None:
+                made = e.ready
+                if p + n <= e.hst_end and (made is None or not made.locked()):
+                    e.dyn += 1                          # present: a reference, no copy
+                    if busy is not None:
+                        e.busy += 1
+                        busy.append(e)
+                    return e.tgt_begin
+                e = None
+            elif self._find(p, n)[0] is None:           # nothing there: a new entry
+                e = HostDataToTarget(p, n, 0, None, owner)
+                e.dyn = 1
+                ready = e.ready = _held_lock()
+                self._insert(e)
+                if busy is not None:
+                    e.busy = 1
+        if e is None:
+            return self.begin_general(p, n, t, owner, read_only, busy)
+        plugin = self.plugin
+        try:
+            e.tgt_begin = tgt = self._dev.alloc(n, AllocKind.DEVICE)
+            e.pinned = plugin.data_notify_mapped(self.device, p, n, owner,
+                                                 read_only) is not None
+            if t & _TO:
+                plugin.data_submit(self.device, tgt, p, n)
+        except BaseException:
+            self._abandon(e)
+            raise
+        ready.release()
+        if busy is not None:
+            busy.append(e)
+        return tgt
+
+    def end_plain(self, p: int, n: int, t: int, owner: Any,
+                  e: HostDataToTarget | None = None, copy_back: bool = True) -> None:
+        """`target_data_end([item], None, copy_back, own)` for a clause as begin_plain's,
+        then `release_busy([e])` when `e` (the entry begin_plain marked in use for the
+        caller) is given: in fewer steps when the mapping starting at p holds the range,
+        counts it dynamically and is in use by the caller alone; else through
+        target_data_end."""
+        own = 0 if e is None else 1
+        with self._lock:
+            f = self._by_start.get(p)
+            fast = (f is not None and (e is None or f is e) and p + n <= f.hst_end
+                    and f.busy == own and 1 <= f.dyn < INF
+                    and (f.ready is None or not f.ready.locked()))   # not being made
+            if fast:
+                assert f is not None
+                f.dyn -= 1
+                last = f.dyn + f.hold == 0
+                back = last and copy_back and t & _FROM
+                if back:                   # kept, held, until copied back
+                    self._leavers[id(f)] = 1
+                    self._hold(f)
+                elif last:
+                    self._remove(f)
+                if own:
+                    f.busy = 0
+                    if self._waiting:
+                        self._idle.notify_all()
+        if not fast:
+            self.end_general(p, n, t, owner, e, copy_back)
+            return
+        if back:
+            assert f is not None
+            try:
+                self._copy_from(p, f.tgt_begin, n, f.name, None, f, t)
+            finally:
+                self._leave(f)
+        elif last:
+            assert f is not None
+            self._release(f)
+
+    def update_plain(self, p: int, n: int, t: int) -> None:
+        """`target_data_update([item])` for one item over [p, p+n) (n > 0) of type TO or
+        FROM, without INFO: copied now when present, skipped when absent."""
+        self.target_data_update([MapItem(p, n, MapType(t), None)])
+
+    def begin_general(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
+                      busy: list[HostDataToTarget] | None = None) -> int:
+        """begin_plain's effect through target_data_begin (its path for anything else)."""
+        return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
+                                      None, busy)[0]
+
+    def end_general(self, p: int, n: int, t: int, owner: Any,
+                    e: HostDataToTarget | None = None, copy_back: bool = True) -> None:
+        """end_plain's effect through target_data_end (its path for anything else)."""
+        try:
+            self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
+                                 () if e is None else (e,))
+        finally:
+            if e is not None:
+                self.release_busy([e])
+

@@ -1,0 +1,348 @@
+"""The mapping table's state (issue 26: one owner): its sorted entries, their lookup,
+busy marks and associations, and the messages LIBOMPTARGET_INFO asks for. The rules
+that change entries are in begin.py, end.py and motion.py; MappingTable joins them."""
+from __future__ import annotations
+
+import bisect
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _accel, profile, tracing
+from ..clauses import MapItem, MapType
+from ..config import Info
+from ..diagnostics import (
+    caller,
+    dump_table,
+    say,
+)
+from ..entries import INF, HostDataToTarget, count_text
+from ..errors import ErrorCode, OffloadError
+from ..plugins.common import AllocKind, GenericPlugin
+
+# plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
+_TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
+_IMPLICIT, _PRESENT, _HOLD = 0x200, 0x1000, 0x2000
+_MEMBER = int(MapType.MEMBER)
+_I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
+                                               int(Info.MAPPING_CHANGED),
+                                               int(Info.DATA_TRANSFER))
+TRACED = 1 << 30          # MappingTable.info: a tool hears the data operations (offload.tracing)
+
+
+def _pending(e: HostDataToTarget) -> threading.Lock | None:
+    """The lock to wait on when another thread is still making `e` (allocating and
+    filling it) or unmaking it (its last copy back), else None. Whoever finds such an
+    entry touches none of its counts: it waits, then looks again (LLVM's map_back_race.cpp:
+    a map during the copy back never starts from the stale host copy)."""
+    ready = e.ready
+    return ready if ready is not None and ready.locked() else None
+
+
+_here = threading.local()     # .ids: id() of the entries this thread is making or holding
+
+
+def _mine() -> set[int]:
+    ids = getattr(_here, "ids", None)
+    if ids is None:
+        ids = _here.ids = set()
+    return ids
+
+
+def _held_lock() -> threading.Lock:
+    """A new lock, already held: an entry being made, or held through its copy back."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+class _Construct:
+    """What one construct of several clauses has done so far: the entries it created,
+    the copies it made, the `from` copies it put off until it drops the last reference."""
+
+    __slots__ = ("created", "copied_to", "copied_from", "deferred")
+
+    def __init__(self) -> None:
+        self.created: set[int] = set()                    # id() of entries made here
+        self.copied_to: set[tuple[int, int]] = set()
+        self.copied_from: set[tuple[int, int]] = set()
+        self.deferred: dict[int, list[MapItem]] = {}      # id(entry) -> `from` items
+
+
+
+class TableState:
+    """Sorted, non-overlapping mappings of one device; O(log n) lookup."""
+
+    def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
+        self.plugin = plugin
+        self.device = device          # plugin-local id
+        self.number = number          # global device number, for messages
+        #: LIBOMPTARGET_INFO bits, and TRACED while a tool hears data operations (any bit
+        #: keeps a construct off the fewer-steps paths, which tell no one)
+        self.info = int(info) | (TRACED if tracing.tool is not None or profile.active is not None
+                                 else 0)
+        self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
+        self._lock = _accel.new_lock(plugin.config)
+        self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
+        self._waiting = 0                                  # threads waiting on _idle
+        self._starts: list[int] = []
+        self._entries: list[HostDataToTarget] = []
+        self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
+        # id(entry) -> threads that dropped its last reference and have not left it yet,
+        # and those of them copying it back now (see _drain, _hold, _leave)
+        self._leavers: dict[int, int] = {}
+        self._holders: dict[int, int] = {}
+        self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
+        # on host memory, begin_plain/end_plain in C (the methods below for the rest)
+
+    # ---- table ------------------------------------------------------------
+    def _say(self, msg: str) -> None:
+        say(self.number, msg)
+
+    def say_found(self, p: int, n: int, e: HostDataToTarget | None = None) -> None:
+        """LLVM's MAPPING_EXISTS line for a lookup that leaves the counts alone (a kernel
+        argument, an update): the entry holding [p, p+n), when there is one."""
+        if e is None:
+            e = self.lookup(p, n)
+            if e is None:
+                return
+        self._say_exists(p, n, e, " (update suppressed)")
+
+    def _say_exists(self, p: int, n: int, e: HostDataToTarget, how: str, hold: bool = False,
+                    implicit: bool = False, named: bool = False,
+                    name: str | None = None) -> None:
+        """LLVM 19's 'Mapping exists ...' line: `how` after the count that changed (the
+        hold count with `hold`); `named`: the getTargetPointer form, which names the
+        variable."""
+        self._say(f"Mapping exists{' (implicit)' if implicit else ''} with "
+                  f"HstPtrBegin=0x{p:016x}, TgtPtrBegin=0x{e.tgt_begin + p - e.hst_begin:016x}, "
+                  f"Size={n}, DynRefCount={count_text(e.dyn)}{'' if hold else how}, "
+                  f"HoldRefCount={count_text(e.hold)}{how if hold else ''}"
+                  + (f", Name={name or 'unknown'}" if named else ""))
+
+    def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
+        """(entry overlapping [p, p+n) or containing p, whether it contains the range).
+        A zero-length range follows LLVM's lookupMapping: it is also held by the entry
+        before it whose base lies past it, or by the next entry whose base it reaches
+        (a pointer to a section's base is translated)."""
+        e = self._by_start.get(p)
+        if e is not None:
+            return e, p + n <= e.hst_end
+        starts = self._starts
+        i = bisect.bisect_right(starts, p) - 1
+        if n == 0:
+            if i >= 0:
+                e = self._entries[i]
+                if p < e.hst_end or p < e.hst_base:
+                    return e, True
+            if i + 1 < len(starts) and p >= self._entries[i + 1].hst_base:
+                return self._entries[i + 1], True
+            return None, False
+        if i >= 0:
+            e = self._entries[i]
+            if p < e.hst_end:
+                return e, p + n <= e.hst_end
+        j = i + 1
+        if j < len(starts) and starts[j] < p + n:
+            return self._entries[j], False
+        return None, False
+
+    def lookup(self, p: int, n: int = 1) -> HostDataToTarget | None:
+        """The entry containing [p, p+n), or None (one another thread is still making:
+        once made)."""
+        while True:
+            with self._lock:
+                e, inside = self._find(p, n)
+            if e is None or not inside:
+                return None
+            if self._made([e]):
+                return e
+
+    def overlapping(self, p: int, n: int) -> HostDataToTarget | None:
+        """The first entry sharing a byte with [p, p+n) (once made, as `lookup`)."""
+        while True:
+            with self._lock:
+                e = self._find(p, max(n, 1))[0]
+            if e is None or self._made([e]):
+                return e
+
+    def _insert(self, e: HostDataToTarget) -> None:
+        i = bisect.bisect_left(self._starts, e.hst_begin)
+        self._starts.insert(i, e.hst_begin)
+        self._entries.insert(i, e)
+        self._by_start[e.hst_begin] = e
+
+    def _remove(self, e: HostDataToTarget) -> None:
+        i = bisect.bisect_left(self._starts, e.hst_begin)
+        if i < len(self._entries) and self._entries[i] is e:
+            del self._starts[i]
+            del self._entries[i]
+            del self._by_start[e.hst_begin]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[HostDataToTarget]:
+        with self._lock:
+            return list(self._entries)
+
+    def holds_device_range(self, addr: int, size: int) -> bool:
+        """Whether device bytes [addr, addr+size) lie in one mapping's device copy
+        (associated memory and declare target globals included)."""
+        with self._lock:
+            return any(e.tgt_begin <= addr and addr + size <= e.tgt_begin + e.size
+                       for e in self._entries if e.tgt_begin)
+
+    def dump(self, where: str | None = None) -> str:
+        """The table as LLVM's dumpTargetPointerMappings prints it."""
+        return dump_table(self.number, self.entries(), where or caller())
+
+    def dump_if_asked(self) -> None:
+        """Print the table when LIBOMPTARGET_INFO has DUMP_TABLE (after each construct)."""
+        if self.info & _I_DUMP:
+            print(self.dump(caller()), file=sys.stderr)
+
+    def _release(self, e: HostDataToTarget) -> None:
+        """Free a removed entry's device memory and pin reference."""
+        try:
+            if e.owned and e.tgt_begin:
+                with tracing.delete(self.number, e.tgt_begin):
+                    self._dev.free(e.tgt_begin, AllocKind.DEVICE)
+        finally:
+            if e.pinned:
+                e.pinned = False
+                self.plugin.data_notify_unmapped(self.device, e.hst_begin)
+            e.owner = None
+
+    # ---- work in flight keeps its entries ------------------------------------------
+    def acquire_busy(self, p: int, n: int) -> HostDataToTarget | None:
+        """The entry containing [p, p+n), marked in use (its device memory stays until
+        `release_busy`), or None."""
+        while True:
+            with self._lock:
+                e, inside = self._find(p, n)
+                if e is None or not inside:
+                    return None
+                pending = _pending(e)
+                if pending is None:
+                    e.busy += 1
+                    return e
+            with pending:                         # being made or unmade: look again
+                pass
+
+    @staticmethod
+    def _made(entries: Sequence[HostDataToTarget]) -> bool:
+        """Wait until no entry of `entries` is still being made or copied back by another
+        thread; False when one never came to be (or went). An entry this thread is making
+        or copying back (a tool's callback asking about it) counts as there."""
+        ok = True
+        mine = _mine()
+        for e in entries:
+            made = e.ready
+            if made is not None and made.locked() and id(e) not in mine:
+                with made:
+                    pass
+                ok = ok and not e.failed
+        return ok
+
+    def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
+        """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
+        once; return them for `release_busy`."""
+        if not ranges:
+            return []
+        while True:
+            out: list[HostDataToTarget] = []
+            with self._lock:
+                pending = None
+                for p, n in ranges:
+                    e = self._find(p, max(n, 1))[0]
+                    if e is not None and e not in out:
+                        pending = _pending(e)
+                        if pending is not None:
+                            break
+                        out.append(e)
+                if pending is None:
+                    for e in out:
+                        e.busy += 1
+                    return out
+            with pending:                         # being made or unmade: look again
+                pass
+
+    def mark_busy_each(self, ranges: Sequence[tuple[int, int]]
+                       ) -> list[HostDataToTarget] | None:
+        """The entry sharing a byte with each host range, in order, each marked in use
+        once per range (see `acquire_busy`); None, with nothing marked, when a range has
+        no entry (or one another thread was making never came to be)."""
+        out: list[HostDataToTarget] = []
+        with self._lock:
+            for p, n in ranges:
+                e = self._by_start.get(p)
+                if e is None:
+                    e = self._find(p, max(n, 1))[0]
+                if e is None or _pending(e) is not None:    # the general path decides
+                    return None
+                out.append(e)
+            for e in out:
+                e.busy += 1
+        return out
+
+    def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
+        """Wait until no operation in flight uses the entries overlapping [p, p+n)."""
+        with self._lock:
+            self._wait_idle(lambda: all(e.busy == 0 for e in self._entries
+                                        if e.hst_begin < p + max(n, 1) and p < e.hst_end),
+                            timeout)
+
+    def _wait_idle(self, done: Any, timeout: float | None = None) -> None:
+        """Wait (the table lock held) until `done()`, woken by `release_busy`."""
+        self._waiting += 1
+        try:
+            self._idle.wait_for(done, timeout)
+        finally:
+            self._waiting -= 1
+
+    def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
+        with self._lock:
+            for e in entries:
+                e.busy -= 1
+            if self._waiting:
+                self._idle.notify_all()
+
+    # ---- omp_target_associate_ptr -------------------------------------------
+    def associate(self, p: int, tgt: int, n: int, name: str = "associated") -> None:
+        with self._lock:
+            e, inside = self._find(p, n)
+            if e is not None:
+                if e.hst_begin == p and e.hst_end == p + n and e.tgt_begin == tgt:
+                    return                      # the same association again: a no-op
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"Not allowed to re-associate pointer 0x{p:x} ({n} bytes): "
+                                   f"it is mapped to 0x{e.tgt_begin + p - e.hst_begin:x}")
+            e = HostDataToTarget(p, n, tgt, name, None, owned=False)
+            e.dyn = INF
+            self._insert(e)
+
+    def disassociate(self, p: int) -> None:
+        with self._lock:
+            e = self._by_start.get(p)
+            if e is None:
+                raise OffloadError(ErrorCode.NOT_FOUND, "Association not found")
+            if e.hold:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   "Trying to disassociate a pointer with a non-zero hold "
+                                   "reference count")
+            if e.dyn != INF or e.owned:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   "Trying to disassociate a pointer which was not mapped via "
+                                   "omp_target_associate_ptr")
+            self._remove(e)
+
+    def clear(self) -> None:
+        with self._lock:                  # in place: the accelerator holds these objects
+            self._starts.clear()
+            self._entries.clear()
+            self._by_start.clear()
+            self._leavers.clear()
+            self._holders.clear()
+            self._excused.clear()
