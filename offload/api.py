@@ -17,16 +17,8 @@ from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
 from .image import Image
-from .runtime import (
-    Handle,
-    Runtime,
-    check_depend,
-    operation,
-    queue_after,
-    resource_operation,
-    stream_queue,
-    wait_depend,
-)
+from .nowait import Handle, check_depend, queue_after, stream_queue, wait_depend
+from .runtime import Runtime, operation, resource_operation
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
 

@@ -17,6 +17,7 @@ from .arrays import buffer, integer
 from .device import Device
 from .diagnostics import dump_table
 from .errors import ErrorCode, OffloadError
+from .nowait import Handle, check_depend
 from .omp import (
     INT_MAX,
     OFFLOAD_FAIL,
@@ -28,8 +29,8 @@ from .omp import (
     _rect_plan,
 )
 from .plugins._libc import memset
-from .runtime import Handle, check_depend, omp_initial_device, operation
 from .runtime import current as _current
+from .runtime import omp_initial_device, operation
 
 __all__ = ["host_task", "memcpy_async", "memset_async", "omp_target_memcpy_async",
            "omp_target_memcpy_rect_async", "omp_target_memset", "omp_target_memset_async",

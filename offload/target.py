@@ -17,10 +17,11 @@ from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
+from .nowait import Handle, check_depend, queue_after, stream_queue, wait_depend
 from .plugins.args import check_kernel_call
 from .plugins.common import GenericKernel, GenericPlugin
-from .runtime import Handle, check_depend, operation, queue_after, stream_queue, wait_depend
 from .runtime import current as _current
+from .runtime import operation
 
 _I_KERNEL = int(Info.PLUGIN_KERNEL)                # plain ints: fast tests
 _I_EXISTS = int(Info.MAPPING_EXISTS)

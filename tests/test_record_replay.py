@@ -43,7 +43,7 @@ def test_allocations_bump_inside_the_block(dev):
 
 
 def test_block_at_the_address_asked_for(dev):
-    from offload.plugins.common import _REPLAY_ROOM
+    from offload.plugins.generic_device import _REPLAY_ROOM
     probe = mmap.mmap(-1, (1 << 20) + _REPLAY_ROOM)  # find a free, page-aligned address
     import ctypes
     want = ctypes.addressof(ctypes.c_char.from_buffer(probe))
