@@ -1,5 +1,7 @@
-"""The Pythonic layer (docs/design.md §5): map clauses, data constructs, pinning, kernels,
-devices. Target regions are in target.py, the OpenMP-named functions in omp.py."""
+"""The Pythonic layer (docs/design.md §5): data constructs (target_data, enter/exit,
+target_update), taskwait and shutdown; with them the map clauses (clauses.py),
+prelocking (prelock.py) and devices / compile_cuda (inventory.py). Target regions are
+in target.py, the OpenMP-named functions in omp.py."""
 from __future__ import annotations
 
 import contextlib
@@ -7,17 +9,27 @@ import functools
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ._lazy import numpy as np
 from .arrays import as_array, extent, span
-from .clauses import MapClause, MapItem, MapType, map_items
+from .clauses import (
+    MapClause,
+    MapItem,
+    MapType,
+    alloc,
+    delete,
+    from_,
+    map_items,
+    release,
+    to,
+    tofrom,
+)
 from .device import Device
-from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
-from .image import Image
+from .inventory import DeviceRecord, compile_cuda, devices
 from .nowait import Handle, check_depend, queue_after, stream_queue, wait_depend
+from .prelock import Pinned, lock, locked
 from .runtime import Runtime, operation, resource_operation
 from .runtime import current as _current
 from .runtime import shutdown as _shutdown
@@ -27,82 +39,6 @@ __all__ = [
     "devices", "from_", "lock", "locked", "release", "shutdown", "target_data",
     "target_enter_data", "target_exit_data", "target_update", "taskwait", "to", "tofrom",
 ]
-
-
-# ---- map clauses ------------------------------------------------------------------
-_TOFROM = MapType.TO | MapType.FROM
-
-
-def _clause(base: MapType, a: Any, always: bool, present: bool, close: bool, hold: bool,
-            name: str | None) -> MapClause:
-    if not (always or present or close or hold):
-        return MapClause(a, base, name)
-    t = base
-    if always:
-        t |= MapType.ALWAYS
-    if present:
-        t |= MapType.PRESENT
-    if close:
-        t |= MapType.CLOSE
-    if hold:
-        t |= MapType.OMPX_HOLD
-    return MapClause(a, t, name)
-
-
-def to(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-       hold: bool = False, name: str | None = None) -> MapClause:
-    """map(to: a): copied to the device when the mapping is created (or `always`).
-
-    Args:
-        a: a contiguous numpy array or buffer (a section such as `a[10:20]` works).
-        always: copy even when the data is mapped already.
-        present: fail unless the data is mapped already.
-        close: a hint, accepted and ignored (as LLVM does on these devices).
-        hold: count the reference in the ompx_hold count, which `delete` cannot drop.
-        name: the name LIBOMPTARGET_INFO messages show.
-
-    Returns:
-        A MapClause for `map=`, `target_data`, `target_enter_data`, ...
-    """
-    return _clause(MapType.TO, a, always, present, close, hold, name)
-
-
-def from_(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-          hold: bool = False, name: str | None = None) -> MapClause:
-    """map(from: a): copied back when the last reference goes (or `always`).
-
-    Keywords as for `to`. A read-only array cannot be mapped `from`."""
-    return _clause(MapType.FROM, a, always, present, close, hold, name)
-
-
-def tofrom(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-           hold: bool = False, name: str | None = None) -> MapClause:
-    """map(tofrom: a): `to` on entry and `from` on exit; keywords as for `to`.
-
-    Example:
-        >>> with offload.target_data(offload.tofrom(a)): ...
-    """
-    return _clause(_TOFROM, a, always, present, close, hold, name)
-
-
-def alloc(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-          hold: bool = False, name: str | None = None) -> MapClause:
-    """map(alloc: a): device memory without copies; keywords as for `to`."""
-    return _clause(MapType.NONE, a, always, present, close, hold, name)
-
-
-def release(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-            hold: bool = False, name: str | None = None) -> MapClause:
-    """map(release: a) for target_exit_data: drop one reference, copy nothing;
-    keywords as for `to`."""
-    return _clause(MapType.NONE, a, always, present, close, hold, name)
-
-
-def delete(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
-           hold: bool = False, name: str | None = None) -> MapClause:
-    """map(delete: a) for target_exit_data: drop every dynamic reference (the mapping
-    goes unless a hold reference remains); keywords as for `to`."""
-    return _clause(MapType.DELETE, a, always, present, close, hold, name)
 
 
 # ---- data constructs ----------------------------------------------------------------
@@ -481,175 +417,3 @@ def taskwait() -> None:
 def shutdown() -> None:
     """Tear the runtime down (also done at exit); the next call starts a fresh one."""
     _shutdown()
-
-
-# ---- pinning ----------------------------------------------------------------------
-class Pinned:
-    """One lock reference on an array's memory; `unlock()` gives it back once.
-
-    `device_address` is where the device reaches the memory. Also a context manager."""
-
-    def __init__(self, array: Any, dev: Device, host: int, size: int, device_address: int):
-        self.array = array
-        self.device = dev.number
-        self.host = host
-        self.size = size
-        self.device_address = device_address
-        self._dev = dev
-        self._runtime = _current()         # the runtime that holds the pin
-        self._pid = os.getpid()             # in a forked child the handle is inert
-        self._lock = threading.Lock()
-        self._locked = True
-
-    @property
-    def locked(self) -> bool:
-        """Whether this handle still holds its reference."""
-        return self._locked
-
-    def unlock(self) -> None:
-        """Give the reference back; raises INVALID_ARGUMENT when already given back. In a
-        forked child (which starts with an empty runtime) a quiet no-op."""
-        if os.getpid() != self._pid:
-            self._locked = False
-            return
-        with self._lock:
-            if not self._locked:
-                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                                   f"already unlocked: 0x{self.host:x} ({self.size} bytes) "
-                                   f"on device {self.device}")
-            self._locked = False
-        rt = self._runtime
-        if rt.is_shut or rt.closing:       # torn down (or going): the pin goes with it
-            return
-        try:
-            operation(self._dev.unlock)(self.host)
-        except OffloadError as exc:
-            if exc.code is not ErrorCode.UNINITIALIZED:
-                raise                      # shutting down meanwhile: the pin goes with it
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """kDLCUDAHost / kDLROCMHost when pinned for a GPU; kDLCPU on the host plugin."""
-        kind = {"cuda": KDL_CUDA_HOST, "amdgpu": KDL_ROCM_HOST}.get(self._dev.plugin.name,
-                                                                    KDL_CPU)
-        return kind, 0
-
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """The pinned host memory as a DLPack capsule (no copy), for consumers that
-        recognise page-locked memory (e.g. torch.from_dlpack)."""
-        if copy:
-            raise OffloadError(ErrorCode.UNSUPPORTED, "Pinned exports without copies")
-        arr = self.array if isinstance(self.array, np.ndarray) else \
-            np.frombuffer(memoryview(self.array).cast("B"), dtype=np.uint8)
-        strides = None if arr.flags.c_contiguous else \
-            tuple(st // arr.dtype.itemsize for st in arr.strides)
-        return make_capsule(self.host, self.__dlpack_device__(), arr.shape, strides, arr.dtype,
-                            not arr.flags.writeable, self,
-                            max_version is not None and max_version[0] >= 1)
-
-    def __enter__(self) -> Pinned:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._locked:
-            self.unlock()
-
-    def __repr__(self) -> str:
-        state = "locked" if self._locked else "unlocked"
-        return (f"<Pinned 0x{self.host:x} ({self.size} bytes) -> 0x{self.device_address:x} on "
-                f"device {self.device}, {state}>")
-
-
-@resource_operation(lambda pin, *_, **__: pin.unlock())
-def lock(a: Any, device: int | None = None) -> Pinned:
-    """Pin an array's memory for a device (`llvm_omp_target_lock_mem`, reference counted).
-
-    Later mappings of the memory copy from the pinned pages directly.
-
-    Args:
-        a: a contiguous numpy array or buffer, at least one byte.
-        device: device number; None for the default device.
-
-    Returns:
-        A Pinned holding one reference; `unlock()` it (or use `locked`).
-
-    Raises:
-        OffloadError: INVALID_VALUE for the initial device or an empty array,
-            INVALID_ARGUMENT for a range that partly overlaps a pinned one,
-            OUT_OF_RESOURCES when the OS refuses (the message names the limit).
-
-    Example:
-        >>> pin = offload.lock(a, device=0); ...; pin.unlock()
-    """
-    dev = _current().device(device)
-    if dev is None:
-        raise OffloadError(ErrorCode.INVALID_VALUE,
-                           "cannot lock memory for the initial device; pass a device number "
-                           "(see offload.devices())")
-    arr = as_array(a, "lock")
-    p, n = span(arr)
-    addr = dev.lock(p, n, owner=arr, read_only=not arr.flags.writeable)
-    return Pinned(arr, dev, p, n, addr)
-
-
-def locked(a: Any, device: int | None = None) -> Pinned:
-    """`with locked(a):` pins for the block and unpins on exit; arguments as `lock`.
-
-    Example:
-        >>> with offload.locked(a, device=0):
-        ...     offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
-    """
-    return lock(a, device)
-
-
-# ---- kernels and devices ------------------------------------------------------------
-@operation
-def compile_cuda(source: str, *, arch: str | None = None, ptx: bool = False) -> Image:
-    """Compile CUDA C++ with NVRTC into an image (needs libnvrtc).
-
-    Args:
-        source: CUDA C++ whose kernels are `extern "C" __global__`.
-        arch: e.g. 'sm_90'; defaults to the first CUDA device's, else sm_90.
-        ptx: make PTX (JIT-compiled by the driver) instead of a cubin.
-
-    Returns:
-        An Image whose kernels are attributes.
-
-    Raises:
-        OffloadError: UNSUPPORTED without NVRTC, INVALID_ARGUMENT with the compiler's
-            log when the source does not compile.
-    """
-    from .plugins.nvrtc import compile_cuda as _compile
-    if arch is None:
-        arch = _current().manager.architecture("cuda") or "sm_90"
-    return _compile(source, arch=arch, ptx=ptx)
-
-
-@dataclass
-class DeviceRecord:
-    """One device: its global number, plugin, name and the plugin's properties."""
-
-    number: int
-    plugin: str
-    name: str
-    properties: dict = field(default_factory=dict)
-
-
-@operation
-def devices() -> list[DeviceRecord]:
-    """One record per offload device (the initial device not included).
-
-    Example:
-        >>> d = offload.devices()[0]
-        >>> d.number, d.plugin, d.name
-        (0, 'host', 'host CPU (x86_64)')
-    """
-    m = _current().manager
-    out = []
-    for n in range(m.num_devices()):
-        dev = m.get_device(n)
-        props = dev.info()
-        out.append(DeviceRecord(n, dev.plugin.name, str(props.get("name", "?")), props))
-    return out
-
-

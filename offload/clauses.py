@@ -143,3 +143,79 @@ def map_items(maps: Iterable[Any], default: MapType, what: str = "map") -> list[
         return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()]
     return [m.item() if isinstance(m, MapClause) else MapClause(m, default).item()
             for m in maps]
+
+
+# ---- map clauses ------------------------------------------------------------------
+_TOFROM = MapType.TO | MapType.FROM
+
+
+def _clause(base: MapType, a: Any, always: bool, present: bool, close: bool, hold: bool,
+            name: str | None) -> MapClause:
+    if not (always or present or close or hold):
+        return MapClause(a, base, name)
+    t = base
+    if always:
+        t |= MapType.ALWAYS
+    if present:
+        t |= MapType.PRESENT
+    if close:
+        t |= MapType.CLOSE
+    if hold:
+        t |= MapType.OMPX_HOLD
+    return MapClause(a, t, name)
+
+
+def to(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+       hold: bool = False, name: str | None = None) -> MapClause:
+    """map(to: a): copied to the device when the mapping is created (or `always`).
+
+    Args:
+        a: a contiguous numpy array or buffer (a section such as `a[10:20]` works).
+        always: copy even when the data is mapped already.
+        present: fail unless the data is mapped already.
+        close: a hint, accepted and ignored (as LLVM does on these devices).
+        hold: count the reference in the ompx_hold count, which `delete` cannot drop.
+        name: the name LIBOMPTARGET_INFO messages show.
+
+    Returns:
+        A MapClause for `map=`, `target_data`, `target_enter_data`, ...
+    """
+    return _clause(MapType.TO, a, always, present, close, hold, name)
+
+
+def from_(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+          hold: bool = False, name: str | None = None) -> MapClause:
+    """map(from: a): copied back when the last reference goes (or `always`).
+
+    Keywords as for `to`. A read-only array cannot be mapped `from`."""
+    return _clause(MapType.FROM, a, always, present, close, hold, name)
+
+
+def tofrom(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+           hold: bool = False, name: str | None = None) -> MapClause:
+    """map(tofrom: a): `to` on entry and `from` on exit; keywords as for `to`.
+
+    Example:
+        >>> with offload.target_data(offload.tofrom(a)): ...
+    """
+    return _clause(_TOFROM, a, always, present, close, hold, name)
+
+
+def alloc(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+          hold: bool = False, name: str | None = None) -> MapClause:
+    """map(alloc: a): device memory without copies; keywords as for `to`."""
+    return _clause(MapType.NONE, a, always, present, close, hold, name)
+
+
+def release(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+            hold: bool = False, name: str | None = None) -> MapClause:
+    """map(release: a) for target_exit_data: drop one reference, copy nothing;
+    keywords as for `to`."""
+    return _clause(MapType.NONE, a, always, present, close, hold, name)
+
+
+def delete(a: Any, *, always: bool = False, present: bool = False, close: bool = False,
+           hold: bool = False, name: str | None = None) -> MapClause:
+    """map(delete: a) for target_exit_data: drop every dynamic reference (the mapping
+    goes unless a hold reference remains); keywords as for `to`."""
+    return _clause(MapType.DELETE, a, always, present, close, hold, name)
