@@ -330,8 +330,9 @@ def test_cuda_argument_buffers_pack_only_what_fits_unsigned():
     """The CUDA plugin's reused argument buffers: one 8-byte slot per parameter, ints
     packed little-endian; anything else (a negative int, a float, a numpy scalar, a wrong
     count, a parameter wider than 8 bytes) is left to the general packing (no GPU needed)."""
-    from offload.plugins.cuda import _ArgBuffers, _ffi
-    bufs = _ArgBuffers([8, 4, 8])
+    from offload.plugins.args import ArgSlots
+    from offload.plugins.cuda import _ffi
+    bufs = ArgSlots([8, 4, 8], _ffi)
     held = bufs.fill([2**64 - 1, 7, 5])
     buf, params, _ = held
     assert [buf[i] for i in range(3)] == [2**64 - 1, 7, 5]
@@ -342,7 +343,7 @@ def test_cuda_argument_buffers_pack_only_what_fits_unsigned():
     for bad in ([-1, 2, 3], [1.0, 2, 3], [np.int64(1), 2, 3], [1, 2], [1, 2**32, 3]):
         assert bufs.fill(bad) is None, bad
     assert bufs.free == [held]                           # a refused call keeps none
-    assert _ArgBuffers([16]).fill([1]) is None and _ArgBuffers([]).fill([]) is None
+    assert ArgSlots([16], _ffi).fill([1]) is None and ArgSlots([], _ffi).fill([]) is None
 
 
 def test_numpy_scalars_as_kernel_arguments(runtime):

@@ -22,6 +22,7 @@ from ._hsa_queues import _NO_SIGNAL, AQLQueue, KernargArena, SignalPool
 from ._hsa_runtime import HSA, ffi, uint
 from .args import pack_scalar, params_from_prototype
 from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
+from .launch_geometry import checked_workgroups
 
 _ffi = ffi
 DYNAMIC_STACK = 16 << 10          # private segment for kernels with dynamic call stacks (LLVM)
@@ -363,16 +364,9 @@ class AMDGPUDevice(GenericDevice):
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         k: _Kernel = kernel.handle
         name = kernel.name
-        wg, groups = int(threads or 64), int(teams or 1)
-        limit = min(self.max_workgroup, k.max_workgroup)
-        if not 1 <= wg <= limit:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"kernel '{name}': {wg} threads per team, expected 1 to {limit} "
-                               f"(the agent's and the kernel's maximum work-group size)")
-        if groups < 1 or groups * wg > self.max_grid:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"kernel '{name}': {groups} teams of {wg} threads, expected a "
-                               f"grid of 1 to {self.max_grid} work-items")
+        groups, wg = checked_workgroups(name, teams, threads, 64,
+                                        min(self.max_workgroup, k.max_workgroup),
+                                        self.max_grid)
         kernarg = bytearray(max(k.kernarg_size, 8))
         for meta, value in zip(kernel.params, args, strict=True):
             _pack_arg(kernarg, meta, value, name)

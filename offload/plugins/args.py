@@ -270,3 +270,53 @@ def check_kernel_call(k: GenericKernel, args: Sequence[Any]) -> None:
     check_arguments(k.name, types, args)
     if kinds is not None and len(k.accepted) < _KINDS_KEPT:
         k.accepted.add(kinds)
+
+
+_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def slotted(sizes: Sequence[int]) -> bool:
+    """Whether every parameter of these byte sizes packs unsigned into an 8-byte slot."""
+    return all(sz in _UNSIGNED for sz in sizes)
+
+
+class ArgSlots:
+    """One kernel's parameter memory, reused: each parameter in an 8-byte slot of one
+    buffer (`ffi`'s memory), and the pointer array a driver's launch takes (CUDA's
+    kernelParams; the driver copies the values during the call, so a buffer is free
+    again when it returns). `free` is a list: its
+    pop and append are atomic, so threads share it without a lock."""
+
+    def __init__(self, sizes: Sequence[int], ffi: Any):
+        self._ffi = ffi
+        self.count = len(sizes)
+        slots = bool(sizes) and slotted(sizes)
+        self.struct = struct.Struct("<" + "".join(
+            _UNSIGNED[sz] + (f"{8 - sz}x" if sz < 8 else "") for sz in sizes)) if slots else None
+        self.free: list[tuple[Any, Any, Any]] = []
+
+    def fill(self, args: Sequence[Any]) -> tuple[Any, Any, Any] | None:
+        """A free buffer holding `args` (take it back with `free.append` once the driver
+        has copied it) when every argument is an int that fits its parameter unsigned;
+        None otherwise (the general packing then handles it, or explains)."""
+        if self.struct is None or len(args) != self.count:
+            return None
+        for a in args:
+            if type(a) is not int:
+                return None
+        try:
+            held = self.free.pop()
+        except IndexError:
+            held = self.make()
+        try:
+            self.struct.pack_into(held[2], 0, *args)
+        except struct.error:                   # negative, or too large: the general path
+            self.free.append(held)
+            return None
+        return held
+
+    def make(self) -> tuple[Any, Any, Any]:
+        """(slots, the pointer array naming them, the slots as a writable buffer)."""
+        ffi = self._ffi
+        buf = ffi.new("uint64_t[]", self.count)
+        return buf, ffi.new("void *[]", [buf + i for i in range(self.count)]), ffi.buffer(buf)

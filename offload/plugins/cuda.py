@@ -8,8 +8,6 @@ later call at once. Bindings are in _cuda_driver.py, NVRTC in nvrtc.py; semantic
 from __future__ import annotations
 
 import os
-import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +22,10 @@ from ._cuda_driver import ATTRIBUTES, Driver, ffi
 from ._cuda_driver import ptr as _ptr
 from ._cuda_fast import Fast, fast_calls
 from ._cuda_memory import register, registration, unregister
-from .args import pack_scalar, params_from_prototype
-from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin, Interrupts
+from .args import ArgSlots, pack_scalar, params_from_prototype, slotted
+from .common import AllocKind, GenericDevice, GenericKernel, GenericPlugin
+from .launch_geometry import checked_blocks
+from .waits import SPIN_SECONDS, poll
 
 _ffi = ffi
 _INIT_PID: list[int] = []           # the process that initialised CUDA (fork detection)
@@ -34,72 +34,12 @@ SHARED_DEFAULT = 48 << 10           # dynamic shared memory allowed without opti
 
 
 _REQUIRES_USM = 0x8                # requires unified_shared_memory (OMP_REQ_*)
-_SPIN_SECONDS = 100e-6     # spin on a stream this long before sleeping between polls
-_SLEEP_MAX = 100e-6        # then sleep at most this long between polls
 _NOT_READY = C.CUDA_ERROR_NOT_READY
 
 
 def _poll(query: Any, handle: Any) -> int:
-    """Poll query(handle) (cuStreamQuery, cuEventQuery) until it is not NOT_READY: a spin of
-    100 µs (the driver releases the GIL per query), then sleeps of 50 µs, then 100 µs, so
-    a pending Ctrl-C is delivered even while a kernel hangs, and a long copy is noticed
-    within 0.1 ms of its end (sleeps growing to 1 ms cost a 1 GiB copy 3%). Returns the
-    last result."""
-    rc = query(handle)
-    if rc != _NOT_READY:
-        return rc                       # done already: no clock read
-    spin_until = time.perf_counter() + _SPIN_SECONDS
-    while (rc := query(handle)) == _NOT_READY and time.perf_counter() < spin_until:
-        pass                            # short copies finish within the spin: no sleep
-    delay = 50e-6
-    while rc == _NOT_READY:
-        Interrupts.deliver()
-        time.sleep(delay)
-        delay = _SLEEP_MAX
-        rc = query(handle)
-    return rc
-
-
-_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
-
-
-class _ArgBuffers:
-    """One kernel's parameter memory, reused: each parameter in an 8-byte slot of one
-    buffer, and the pointer array cuLaunchKernel takes (the driver copies the values
-    during the call, so a buffer is free again when it returns). `free` is a list: its
-    pop and append are atomic, so threads share it without a lock."""
-
-    def __init__(self, sizes: Sequence[int]):
-        self.count = len(sizes)
-        slots = bool(sizes) and all(sz in _UNSIGNED for sz in sizes)
-        self.struct = struct.Struct("<" + "".join(
-            _UNSIGNED[sz] + (f"{8 - sz}x" if sz < 8 else "") for sz in sizes)) if slots else None
-        self.free: list[tuple[Any, Any, Any]] = []
-
-    def fill(self, args: Sequence[Any]) -> tuple[Any, Any, Any] | None:
-        """A free buffer holding `args` (take it back with `free.append` once the driver
-        has copied it) when every argument is an int that fits its parameter unsigned;
-        None otherwise (the general packing then handles it, or explains)."""
-        if self.struct is None or len(args) != self.count:
-            return None
-        for a in args:
-            if type(a) is not int:
-                return None
-        try:
-            held = self.free.pop()
-        except IndexError:
-            held = self.make()
-        try:
-            self.struct.pack_into(held[2], 0, *args)
-        except struct.error:                   # negative, or too large: the general path
-            self.free.append(held)
-            return None
-        return held
-
-    def make(self) -> tuple[Any, Any, Any]:
-        """(slots, the pointer array naming them, the slots as a writable buffer)."""
-        buf = _ffi.new("uint64_t[]", self.count)
-        return buf, _ffi.new("void *[]", [buf + i for i in range(self.count)]), _ffi.buffer(buf)
+    """poll() (the common wait policy) of a CUDA stream or event query."""
+    return poll(query, handle, _NOT_READY)
 
 
 class CUDADevice(GenericDevice):
@@ -213,10 +153,10 @@ class CUDADevice(GenericDevice):
         q = self.queues.get()
         if to_device:
             rc = fast.copy_wait(fast.set_ctx, self.context, fast.h2d, tgt, host, size,
-                                fast.query, q, _SPIN_SECONDS)
+                                fast.query, q, SPIN_SECONDS)
         else:
             rc = fast.copy_wait(fast.set_ctx, self.context, fast.d2h, host, tgt, size,
-                                fast.query, q, _SPIN_SECONDS)
+                                fast.query, q, SPIN_SECONDS)
         self._finish_fast(rc, q, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
         return True
 
@@ -236,7 +176,7 @@ class CUDADevice(GenericDevice):
         def poll(stream: Any) -> int:
             return _poll(drv.lib.cuStreamQuery, stream)
         return ("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d), addr(fast.d2h),
-                addr(fast.query), _SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
+                addr(fast.query), SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
                 poll, drv.check, drv, self.id, self.plugin.pin_split or 0, addr(fast.launch))
 
     accel_launches = True
@@ -256,7 +196,7 @@ class CUDADevice(GenericDevice):
             return None
         sizes = tuple(kernel.params)
         if not (0 <= shared_mem <= SHARED_DEFAULT and len(sizes) <= 32
-                and all(sz in _UNSIGNED for sz in sizes)):
+                and slotted(sizes)):
             return None
         spec = (int(_ffi.cast("uintptr_t", kernel.handle[0])), grid, block, shared_mem, sizes,
                 kernel.name,
@@ -488,24 +428,9 @@ class CUDADevice(GenericDevice):
 
     def _geometry(self, kernel: GenericKernel, teams: int | None, threads: int | None,
                   shared_mem: int) -> tuple[int, int]:
-        """(blocks, threads per block) of a launch; INVALID_VALUE beyond the kernel's or
-        the device's limits."""
-        name = kernel.name
-        max_threads = kernel.handle[1]
-        grid, block = int(teams or 1), int(threads or 128)
-        if not 1 <= block <= min(max_threads, self.max_block):
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"kernel '{name}': {block} threads per block, expected 1 to "
-                               f"{min(max_threads, self.max_block)} (the kernel's and the "
-                               f"device's limit)")
-        if not 1 <= grid <= self.max_grid:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"kernel '{name}': {grid} blocks, expected 1 to {self.max_grid}")
-        if shared_mem > self.max_shared:
-            raise OffloadError(ErrorCode.INVALID_VALUE,
-                               f"kernel '{name}': shared_mem={shared_mem} bytes, the device "
-                               f"allows {self.max_shared}")
-        return grid, block
+        return checked_blocks(kernel.name, teams, threads, 128,
+                              min(kernel.handle[1], self.max_block), self.max_grid,
+                              shared_mem, self.max_shared)
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
@@ -514,7 +439,7 @@ class CUDADevice(GenericDevice):
         grid, block = self._geometry(kernel, teams, threads, shared_mem)
         state = kernel.launch_state
         if state is None:
-            state = kernel.launch_state = _ArgBuffers(kernel.params)
+            state = kernel.launch_state = ArgSlots(kernel.params, _ffi)
         held = state.fill(args)
         if held is not None:                    # integers and addresses: reused memory
             params = held[1]
@@ -532,7 +457,7 @@ class CUDADevice(GenericDevice):
             q = self.queues.get()
             drv.last_kernel = name
             rc = fast.launch_wait(fast.set_ctx, self.context, fast.launch, fn, grid, block,
-                                  shared_mem, q, params, fast.query, _SPIN_SECONDS)
+                                  shared_mem, q, params, fast.query, SPIN_SECONDS)
             if held is not None:
                 state.free.append(held)
             self._finish_fast(rc, q, f"cuLaunchKernel({name}, grid={grid}, block={block})")

@@ -19,22 +19,10 @@ from .memory_pool import AllocKind, DevicePool
 from .queues import Queues
 from .record_replay import Arena
 from .staging import Staging
+from .waits import Interrupts
 
 __all__ = ["ROUTE_KEYS", "GenericDevice", "Interrupts"]
 
-
-
-class Interrupts:
-    """How a plugin's long waits notice Ctrl-C: the runtime installs `hook`, which raises
-    KeyboardInterrupt in the main thread when one is pending; waits call `deliver()`."""
-
-    hook: Callable[[], None] | None = None
-
-    @staticmethod
-    def deliver() -> None:
-        hook = Interrupts.hook
-        if hook is not None:
-            hook()
 
 
 _REPLAY_ROOM = 64 << 20      # record/replay: room beyond the recorded memory when replaying

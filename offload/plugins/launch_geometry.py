@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Config
+from ..errors import ErrorCode, OffloadError
 
 EXEC_GENERIC, EXEC_SPMD, EXEC_GENERIC_SPMD = 1, 2, 3
 
@@ -63,3 +64,44 @@ def geometry(gv: GridValues, cfg: Config, exec_mode: int, kernel_max_threads: in
     if cfg.reuse_blocks:
         blocks = min(blocks, teams)
     return max(1, min(blocks, block_limit)), threads
+
+
+def checked_blocks(name: str, teams: int | None, threads: int | None, default_threads: int,
+                   max_threads: int, max_blocks: int, shared_mem: int = 0,
+                   max_shared: int | None = None) -> tuple[int, int]:
+    """(blocks, threads per block) of a launch asked for `teams` x `threads` (None: one
+    block, `default_threads`); INVALID_VALUE, naming the value and the limit, beyond
+    `max_threads` per block (the kernel's and the device's), `max_blocks`, or
+    `max_shared` bytes of dynamic shared memory."""
+    grid, block = int(teams or 1), int(threads or default_threads)
+    if not 1 <= block <= max_threads:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"kernel '{name}': {block} threads per block, expected 1 to "
+                           f"{max_threads} (the kernel's and the device's limit)")
+    if not 1 <= grid <= max_blocks:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"kernel '{name}': {grid} blocks, expected 1 to {max_blocks}")
+    if max_shared is not None and shared_mem > max_shared:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"kernel '{name}': shared_mem={shared_mem} bytes, the device "
+                           f"allows {max_shared}")
+    return grid, block
+
+
+def checked_workgroups(name: str, teams: int | None, threads: int | None,
+                       default_threads: int, max_threads: int, max_items: int
+                       ) -> tuple[int, int]:
+    """(work-groups, work-items per group) of a launch, as checked_blocks, for a device
+    whose grid limit counts work-items (HSA)."""
+    wg, groups = int(threads or default_threads), int(teams or 1)
+    if not 1 <= wg <= max_threads:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"kernel '{name}': {wg} threads per team, expected 1 to "
+                           f"{max_threads} (the agent's and the kernel's maximum work-group "
+                           f"size)")
+    if groups < 1 or groups * wg > max_items:
+        raise OffloadError(ErrorCode.INVALID_VALUE,
+                           f"kernel '{name}': {groups} teams of {wg} threads, expected a "
+                           f"grid of 1 to {max_items} work-items")
+    return groups, wg
+
