@@ -202,12 +202,14 @@ _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt
 
 def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
     try:
-        one = maps.plain(d, args) if kind != "update" else None
-        if one is not None:                      # one array section: in fewer steps
-            if kind == "begin":
+        one = maps.plain(d, args)
+        if one is not None and (kind != "update" or one.type & 0x3 in (1, 2)):
+            if kind == "begin":                  # one array section: in fewer steps
                 d.table.begin_plain(one.begin, one.size, one.type & 0x3, None)
-            else:
+            elif kind == "end":
                 d.table.end_plain(one.begin, one.size, one.type & 0x3, None)
+            else:                                # a motion: to or from, not both
+                d.table.update_plain(one.begin, one.size, one.type & 0x3)
         elif kind == "begin":
             maps.begin(d, args, bases)
         elif kind == "end":
