@@ -185,6 +185,10 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     d = construct_device(dev)
     if d is None:
         return
+    if not ompt.listening:                       # one array section: in fewer steps
+        one = maps.one_component(n, bases, begins, sizes, types, mappers)
+        if one is not None and maps.plain_one(d, *one) and _plain(kind, d, one, loc):
+            return
     args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
         for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
@@ -200,17 +204,31 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
 
 
-def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
+def _plain(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -> bool:
+    """Run the construct on its one plain component (maps.plain_one) in fewer steps;
+    False when it is a motion both ways (the general path)."""
+    _, begin, size, t = one
+    t &= 0x3
+    if kind == "update" and t not in (1, 2):
+        return False
     try:
-        one = maps.plain(d, args)
-        if one is not None and (kind != "update" or one.type & 0x3 in (1, 2)):
-            if kind == "begin":                  # one array section: in fewer steps
-                d.table.begin_plain(one.begin, one.size, one.type & 0x3, None)
-            elif kind == "end":
-                d.table.end_plain(one.begin, one.size, one.type & 0x3, None)
-            else:                                # a motion: to or from, not both
-                d.table.update_plain(one.begin, one.size, one.type & 0x3)
-        elif kind == "begin":
+        if kind == "begin":
+            d.table.begin_plain(begin, size, t, None)
+        elif kind == "end":
+            d.table.end_plain(begin, size, t, None)
+        else:
+            d.table.update_plain(begin, size, t)
+    except OffloadError as exc:
+        construct_failed(loc, exc)
+    return True
+
+
+def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
+    one = maps.plain(d, args)
+    if one is not None and _plain(kind, d, (one.base, one.begin, one.size, one.type), loc):
+        return
+    try:
+        if kind == "begin":
             maps.begin(d, args, bases)
         elif kind == "end":
             maps.end(d, args)

@@ -189,16 +189,31 @@ def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
 
 
 # ---- begin / end / update --------------------------------------------------------------
+def plain_one(dev: Device, base: int, begin: int, size: int, type: int) -> bool:
+    """Whether MappingTable.begin_plain/end_plain (update_plain for a motion) take a
+    construct's one component: a non-empty array section from its base, with no bits but
+    TO, FROM and TARGET_PARAM, on a table without INFO (the one rule of the drop-in's
+    fewer-steps path)."""
+    return not (dev.table.info or type & ~(_TO | _FROM | _TARGET_PARAM) or size <= 0
+                or base != begin)
+
+
 def plain(dev: Device, args: list[Arg]) -> Arg | None:
-    """The list's one component when MappingTable.begin_plain/end_plain take it: a
-    non-empty array section from its base, with no bits but TO, FROM and TARGET_PARAM,
-    on a table without INFO; None for anything else."""
-    if len(args) != 1 or dev.table.info:
+    """The list's one component when plain_one takes it; None for anything else."""
+    if len(args) != 1:
         return None
     a = args[0]
-    if a.type & ~(_TO | _FROM | _TARGET_PARAM) or a.size <= 0 or a.base != a.begin:
+    return a if plain_one(dev, a.base, a.begin, a.size, a.type) else None
+
+
+def one_component(n: int, bases: Any, begins: Any, sizes: Any, types: Any, mappers: Any
+                  ) -> tuple[int, int, int, int] | None:
+    """(base, begin, size, type) of a map list of one component without a mapper, read
+    straight from the C arrays; None for any other list (decode it)."""
+    if n != 1 or (mappers is not None and mappers != ffi.NULL and mappers[0] != ffi.NULL):
         return None
-    return a
+    return (int(_cast(_T_UINTPTR, bases[0])), int(_cast(_T_UINTPTR, begins[0])),
+            int(sizes[0]), int(types[0]) & (2**64 - 1))
 
 
 def begin(dev: Device, args: list[Arg], bases: Any = None,

@@ -1,0 +1,98 @@
+"""Which path the drop-in's data constructs take (issue 29/26: one eligibility rule,
+maps.plain_one): one plain array section goes to the table's fewer-steps methods
+(begin_plain / end_plain / update_plain, in C with the compiled core); anything else to
+the general rules. Asserted by counting the calls, in-process through the exports'
+bodies, with and without the compiled core (whose fewer-steps methods hand what they
+do not take, absent data for one, to the general rules themselves)."""
+import numpy as np
+import pytest
+
+import offload
+from offload.capi import exports
+from offload.capi.images import ffi
+
+TO, FROM, PRESENT, ALWAYS = 0x1, 0x2, 0x1000, 0x4
+
+
+def _construct(kind, a, t, dev=0, begin=None):
+    p = a.ctypes.data if begin is None else begin
+    bases = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data)])
+    begins = ffi.new("void *[]", [ffi.cast("void *", p)])
+    sizes = ffi.new("int64_t[]", [a.nbytes - (p - a.ctypes.data)])
+    types = ffi.new("int64_t[]", [t])
+    exports._data(kind, dev, 1, bases, begins, sizes, types)
+
+
+@pytest.fixture
+def spied(runtime, monkeypatch):
+    runtime()
+    table = offload.runtime.current().device(0).table
+    calls = {}
+
+    def spy(name):
+        real = getattr(table, name)
+
+        def counted(*args, **kw):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kw)
+        monkeypatch.setattr(table, name, counted)
+    for name in ("begin_plain", "end_plain", "update_plain", "target_data_begin",
+                 "target_data_end", "target_data_update"):
+        spy(name)
+    return table, calls
+
+
+def _device_copy(table, a):
+    e = table.lookup(a.ctypes.data, a.nbytes)
+    out = np.empty_like(a)
+    offload.omp_target_memcpy(out, e.tgt_begin, a.nbytes, 0, 0,
+                              offload.omp_get_initial_device(), 0)
+    return out
+
+
+def test_one_plain_section_takes_the_fewer_steps_methods(spied):
+    table, calls = spied
+    a = np.arange(1000, dtype=np.int32)
+    _construct("begin", a, TO)
+    a += 1
+    _construct("update", a, TO)
+    assert (_device_copy(table, a) == a).all()          # the update was made
+    a[:] = 0
+    _construct("update", a, FROM)
+    assert (a == np.arange(1000) + 1).all()
+    _construct("end", a, FROM)
+    plain = {k: calls.get(k, 0) for k in ("begin_plain", "update_plain", "end_plain")}
+    assert plain == {"begin_plain": 1, "update_plain": 2, "end_plain": 1}, calls
+    assert table.lookup(a.ctypes.data, a.nbytes) is None
+
+
+@pytest.mark.parametrize("t, why", [(TO | PRESENT, "present"), (TO | FROM, "both ways"),
+                                    (TO | ALWAYS, "always")])
+def test_other_updates_take_the_general_rules(spied, t, why):
+    table, calls = spied
+    a = np.arange(1000, dtype=np.int32)
+    _construct("begin", a, TO)
+    a += 1
+    _construct("update", a, t)
+    assert (_device_copy(table, a) == a).all(), why
+    _construct("end", a, 0)
+    assert calls.get("update_plain", 0) == 0 and calls["target_data_update"] == 1, calls
+
+
+def test_a_section_not_from_its_base_takes_the_general_rules(spied):
+    table, calls = spied
+    a = np.arange(1000, dtype=np.int32)
+    _construct("begin", a, TO)
+    a += 1
+    _construct("update", a, TO, begin=a.ctypes.data + 400)     # a[100:]
+    back = _device_copy(table, a)
+    assert (back[100:] == a[100:]).all() and (back[:100] == a[:100] - 1).all()
+    _construct("end", a, 0)
+    assert calls.get("update_plain", 0) == 0 and calls["target_data_update"] == 1, calls
+
+
+def test_an_absent_array_is_skipped_by_either_path(spied):
+    table, calls = spied
+    a = np.arange(10, dtype=np.int32)
+    _construct("update", a, TO)                        # nothing mapped: nothing done
+    assert calls["update_plain"] == 1 and len(table) == 0
