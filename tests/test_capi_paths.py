@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import offload
-from offload.capi import exports
+from offload.capi import data
 from offload.capi.images import ffi
 
 TO, FROM, PRESENT, ALWAYS = 0x1, 0x2, 0x1000, 0x4
@@ -20,7 +20,7 @@ def _construct(kind, a, t, dev=0, begin=None):
     begins = ffi.new("void *[]", [ffi.cast("void *", p)])
     sizes = ffi.new("int64_t[]", [a.nbytes - (p - a.ctypes.data)])
     types = ffi.new("int64_t[]", [t])
-    exports._data(kind, dev, 1, bases, begins, sizes, types)
+    data._data(kind, dev, 1, bases, begins, sizes, types)
 
 
 @pytest.fixture

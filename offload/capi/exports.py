@@ -14,16 +14,32 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import omp, omp_async, profile, runtime
-from ..diagnostics import say
-from ..errors import ErrorCode, OffloadError
-from ..mapping import TRACED
 from ..runtime import operation
 from ..statistics import write_stats
 from . import maps, ompt
 from .abi import EXPORTS
+from .data import _data
+from .device_api import (
+    _after,
+    _alloc,
+    _bind_alloc,
+    _bind_free,
+    _devices_so_far,
+    _free,
+    _lock_mem,
+    _memcpy,
+    _memcpy_rect,
+    _memset,
+    _nowait_query,
+    _p,
+    _print_device_info,
+    _ptr,
+    _record_replay,
+    _set_info,
+    _unlock_mem,
+)
 from .devices import (
     OFFLOAD_FAIL,
-    OFFLOAD_SUCCESS,
     construct_failed,
     describe,
     device,
@@ -31,7 +47,6 @@ from .devices import (
     ensure_runtime,
     fatal,
     forget_program,
-    libomp,
     load_device,
     num_devices,
     registry,
@@ -49,8 +64,6 @@ from .interop_objects import (
     interop_use,
 )
 from .kernels import (
-    construct_device,
-    dump_tables,
     dump_tables_at_exit,
     legacy_target,
     push_tripcount,
@@ -123,10 +136,6 @@ def _psource(loc: Any) -> str | None:
     return ffi.string(src).decode(errors="replace") if src != ffi.NULL else None
 
 
-def _p(x: Any) -> int:
-    return addr(x) if x is not None else 0
-
-
 # ---- registration ------------------------------------------------------------------------
 def register_lib(desc: Any) -> None:
     """LLVM 19's registration: OMPT connected first (a tool's initial device is then the
@@ -178,73 +187,7 @@ def register_requires(flags: int) -> None:
                      "has been removed. Old OpenMP requirements will not be handled\n")
 
 
-# ---- data -------------------------------------------------------------------------------------
-def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
-          names: Any = None, mappers: Any = None, loc: Any = None,
-          nowait: bool = False) -> None:
-    d = construct_device(dev)
-    if d is None:
-        return
-    if not ompt.listening:                       # one array section: in fewer steps
-        one = maps.one_component(n, bases, begins, sizes, types, mappers)
-        if one is not None and maps.plain_one(d, *one) and _plain(kind, d, one, loc):
-            return
-    args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
-    if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
-        for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
-            say(d.number, line)
-    if ompt.listening:
-        with ompt.region(_REGION_KINDS[kind], d.number):
-            _apply(kind, d, args, bases, loc)
-    else:
-        _apply(kind, d, args, bases, loc)
-    dump_tables(d, loc)
-
-
-_REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
-
-
-def _plain(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -> bool:
-    """Run the construct on its one plain component (maps.plain_one) in fewer steps;
-    False when it is a motion both ways (the general path)."""
-    _, begin, size, t = one
-    t &= 0x3
-    if kind == "update" and t not in (1, 2):
-        return False
-    try:
-        if kind == "begin":
-            d.table.begin_plain(begin, size, t, None)
-        elif kind == "end":
-            d.table.end_plain(begin, size, t, None)
-        else:
-            d.table.update_plain(begin, size, t)
-    except OffloadError as exc:
-        construct_failed(loc, exc)
-    return True
-
-
-def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
-    one = maps.plain(d, args)
-    if one is not None and _plain(kind, d, (one.base, one.begin, one.size, one.type), loc):
-        return
-    try:
-        if kind == "begin":
-            maps.begin(d, args, bases)
-        elif kind == "end":
-            maps.end(d, args)
-        else:
-            maps.update(d, args)
-    except OffloadError as exc:
-        construct_failed(loc, exc)
-
-
 # ---- the OpenMP device API, through offload.omp with pointers as ints ----------------------
-def _ptr(v: int) -> Any:
-    return ffi.cast("void *", v)
-
-
-
-
 _profile: Any = None
 
 
@@ -401,156 +344,6 @@ def _escaped(exc_type: Any, exc: BaseException, tb: Any) -> None:
     """cffi's handler for an exception the guard itself let out: never a silent 0."""
     sys.stderr.write(f"omptarget error: {describe(exc)}\n")
     fatal("an export of offload's libomptarget failed outside its guard")
-
-
-def _devices_so_far() -> int:
-    """omp_get_num_devices(): as LLVM 19, none in a C program before its first image
-    registers (libomp asks while OMPT connects), without starting the runtime for it."""
-    if (runtime._process.live is None and not registry.programs
-            and getattr(sys, "_offload_capi_owns_python", False)):
-        return 0
-    return num_devices()
-
-
-def _alloc(fn: Callable[[int, int], int], size: int, dev: int) -> int:
-    return fn(size, load_device(dev)) or 0
-
-
-def _free(fn: Callable[[Any, int], None], p: Any, dev: int) -> None:
-    fn(_p(p), load_device(dev))
-
-
-def _bind_alloc(fn: Callable[[int, int], int]) -> Callable[[int, int], Any]:
-    return lambda size, dev: _ptr(_alloc(fn, size, dev))
-
-
-def _bind_free(fn: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
-    return lambda p, dev: _free(fn, p, dev)
-
-
-def _after(count: int, depobjs: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) once the async device API's depobj list is met, waited for through
-    libomp (LLVM 19 makes the call a task with these dependences; offload runs it when
-    they are met, before it returns): each omp_depend_t points at one kmp_depend_info_t."""
-    if count > 0 and depobjs != ffi.NULL:
-        _wait_depobjs(count, depobjs)
-    return fn(*args)
-
-
-def _wait_depobjs(count: int, depobjs: Any) -> None:
-    if libomp is None:
-        raise OffloadError(ErrorCode.UNSUPPORTED, f"{count} dependence object(s) given, but "
-                           f"libomp, which tracks them, is not loaded")
-    objs = ffi.cast("void **", depobjs)
-    infos = ffi.new("kmp_depend_info_t[]", count)
-    for i in range(count):
-        if objs[i] == ffi.NULL:
-            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                               f"dependence object {i} of {count} is NULL")
-        infos[i] = ffi.cast("kmp_depend_info_t *", objs[i])[0]
-    gtid = libomp.__kmpc_global_thread_num(ffi.NULL)
-    libomp.__kmpc_omp_wait_deps(ffi.NULL, gtid, count, infos, 0, ffi.NULL)
-
-
-# (device, pointer) -> how many locks of that host-device buffer were given back unpinned
-_unpinned: dict[tuple[int, int], int] = {}
-
-
-def _lock_mem(p: Any, size: int, dev: int) -> Any:
-    """llvm_omp_target_lock_mem. On a host device a buffer the process may not pin (past
-    RLIMIT_MEMLOCK) is used unpinned, its pointer returned with one warning, as LLVM 19's
-    host plugin (whose lock pins nothing) returns it; its unlock is then a no-op. The
-    Python API keeps the error (docs/semantics.md, "Pinned memory")."""
-    n, host = load_device(dev), _p(p)
-    d = device(n, construct=False) if 0 <= n < num_devices() else None
-    if d is None or d.plugin.name != "host" or size <= 0:
-        return _ptr(omp.llvm_omp_target_lock_mem(host, size, n))
-    try:
-        return _ptr(d.lock(host, int(size)))
-    except OffloadError as exc:
-        if exc.code is not ErrorCode.OUT_OF_RESOURCES:
-            raise
-        if not _unpinned:
-            sys.stderr.write(f"omptarget warning: llvm_omp_target_lock_mem: {exc.message}; "
-                             f"host device {n} uses the memory unpinned, as LLVM 19's host "
-                             f"plugin does\n")
-        _unpinned[(n, host)] = _unpinned.get((n, host), 0) + 1
-        return p
-
-
-def _unlock_mem(p: Any, dev: int) -> None:
-    n, host = load_device(dev), _p(p)
-    left = _unpinned.get((n, host))
-    if left is None:
-        omp.llvm_omp_target_unlock_mem(host, n)
-    elif left > 1:
-        _unpinned[(n, host)] = left - 1
-    else:
-        del _unpinned[(n, host)]
-
-
-def _memcpy(d: Any, s: Any, n: int, do: int, so: int, dd: int, sd: int) -> int:
-    return omp.omp_target_memcpy(_p(d), _p(s), n, do, so, load_device(dd), load_device(sd))
-
-
-def _memcpy_rect(d: Any, s: Any, es: int, nd: int, vol: Any, doff: Any, soff: Any,
-                 ddim: Any, sdim: Any, ddev: int, sdev: int) -> int:
-    if d == ffi.NULL and s == ffi.NULL:        # the query form: the largest rank
-        return omp.INT_MAX
-
-    def ints(p: Any) -> list[int]:
-        return [int(p[i]) for i in range(nd)] if p != ffi.NULL else []
-    return omp.omp_target_memcpy_rect(_p(d), _p(s), es, nd, ints(vol), ints(doff), ints(soff),
-                                      ints(ddim), ints(sdim), load_device(ddev), load_device(sdev))
-
-
-def _memset(p: Any, v: int, n: int, dev: int) -> Any:
-    return _ptr(omp_async.omp_target_memset(_p(p), v, n, load_device(dev)) or 0)
-
-
-def _nowait_query(handle: Any) -> None:
-    """offload completes target tasks before their entry points return: nothing pends."""
-    if handle != ffi.NULL:
-        ffi.cast("void **", handle)[0] = ffi.NULL
-
-
-def _record_replay(dev: int, size: int, vaddr: Any, is_record: bool, save_output: bool,
-                   offset: Any) -> int:
-    """__tgt_activate_record_replay, as LLVM 19's RecordReplayTy: `size` bytes reserved on
-    the device (at `vaddr` where it can) and every later allocation made in them; while
-    recording, each kernel launch writes its description, image and memory (and with
-    `save_output` the memory after it), which llvm-omp-kernel-replay replays; while
-    replaying, __tgt_target_kernel_replay's memory lands at the block's start (and with
-    `save_output` the memory after the kernel is written). *offset: how far the block
-    lies below `vaddr` (the replay moves pointer arguments by it)."""
-    d = device(dev, construct=False)
-    if d is None:
-        raise OffloadError(ErrorCode.INVALID_VALUE,
-                           f"record/replay on device {dev}: not for the initial device")
-    off = d.generic.start_record_replay(int(size), _p(vaddr), bool(is_record),
-                                        bool(save_output))
-    if offset != ffi.NULL:
-        ffi.cast("uint64_t *", offset)[0] = off
-    return OFFLOAD_SUCCESS
-
-
-def _set_info(flags: int) -> None:
-    """__tgt_set_info_flag: LIBOMPTARGET_INFO's bits for every device (a tool listening
-    keeps the tables traced)."""
-    for d in ensure_runtime().manager.initialized():
-        d.table.info = int(flags) | (d.table.info & TRACED)
-
-
-def _print_device_info(dev: int) -> int:
-    d = device(dev)
-    if d is None:
-        return 0
-    sys.stderr.write(f"Device {d.number} ({d.plugin.name}):\n")
-    for k, v in d.info().items():
-        sys.stderr.write(f"    {k}: {v}\n")
-    return 1
-
-
 
 
 __all__ = ["bind"]

@@ -1,0 +1,77 @@
+"""The drop-in's data constructs (__tgt_target_data_begin / end / update and their
+nowait and mapper forms): one plain array section goes to the table's fewer-steps
+methods straight from the C arrays; any other list is decoded and goes through the
+mapping rules, with LLVM 19's INFO lines, OMPT callbacks and table dumps."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..diagnostics import say
+from ..errors import OffloadError
+from . import maps, ompt
+from .devices import (
+    construct_failed,
+)
+from .kernels import (
+    construct_device,
+    dump_tables,
+)
+
+
+def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, types: Any,
+          names: Any = None, mappers: Any = None, loc: Any = None,
+          nowait: bool = False) -> None:
+    d = construct_device(dev)
+    if d is None:
+        return
+    if not ompt.listening:                       # one array section: in fewer steps
+        one = maps.one_component(n, bases, begins, sizes, types, mappers)
+        if one is not None and maps.plain_one(d, *one) and _plain(kind, d, one, loc):
+            return
+    args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
+    if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
+        for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
+            say(d.number, line)
+    if ompt.listening:
+        with ompt.region(_REGION_KINDS[kind], d.number):
+            _apply(kind, d, args, bases, loc)
+    else:
+        _apply(kind, d, args, bases, loc)
+    dump_tables(d, loc)
+
+
+_REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
+
+
+def _plain(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -> bool:
+    """Run the construct on its one plain component (maps.plain_one) in fewer steps;
+    False when it is a motion both ways (the general path)."""
+    _, begin, size, t = one
+    t &= 0x3
+    if kind == "update" and t not in (1, 2):
+        return False
+    try:
+        if kind == "begin":
+            d.table.begin_plain(begin, size, t, None)
+        elif kind == "end":
+            d.table.end_plain(begin, size, t, None)
+        else:
+            d.table.update_plain(begin, size, t)
+    except OffloadError as exc:
+        construct_failed(loc, exc)
+    return True
+
+
+def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
+    one = maps.plain(d, args)
+    if one is not None and _plain(kind, d, (one.base, one.begin, one.size, one.type), loc):
+        return
+    try:
+        if kind == "begin":
+            maps.begin(d, args, bases)
+        elif kind == "end":
+            maps.end(d, args)
+        else:
+            maps.update(d, args)
+    except OffloadError as exc:
+        construct_failed(loc, exc)
