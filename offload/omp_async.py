@@ -18,16 +18,8 @@ from .device import Device
 from .diagnostics import dump_table
 from .errors import ErrorCode, OffloadError
 from .nowait import Handle, check_depend
-from .omp import (
-    INT_MAX,
-    OFFLOAD_FAIL,
-    OFFLOAD_SUCCESS,
-    _device_array_on_device,
-    _fail,
-    _memcpy_plan,
-    _null,
-    _rect_plan,
-)
+from .omp_common import INT_MAX, OFFLOAD_FAIL, OFFLOAD_SUCCESS, _fail, _null
+from .omp_copies import _device_array_on_device, _memcpy_plan, _rect_plan
 from .plugins._libc import memset
 from .runtime import current as _current
 from .runtime import omp_initial_device, operation
