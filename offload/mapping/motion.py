@@ -19,21 +19,31 @@ from ._base import _FROM, _HOLD, _I_EXISTS, _I_TRANSFER, _MEMBER, _PRESENT, _TO,
 class Motion(TableState):
     """Copies between host and device, attached pointers, and target update."""
 
+    def _move(self, to_device: bool, p: int, tgt: int, n: int, queue: Any,
+              clause: tuple) -> None:
+        """One copy through the plugin, told to a tool, and to the profile with the map
+        clause behind it (clause_text(*clause), written only while profiling)."""
+        prof = profile.active
+        if prof is not None:
+            prof.clause(clause_text(*clause))
+        try:
+            if to_device:
+                with tracing.submit(self.number, tgt, p, n):
+                    self.plugin.data_submit(self.device, tgt, p, n, queue)
+            else:
+                with tracing.retrieve(self.number, p, tgt, n):
+                    self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+        finally:
+            if prof is not None:
+                prof.clause(None)
+
     def _copy_to(self, p: int, tgt: int, n: int, name: str | None, queue: Any,
                  e: HostDataToTarget | None = None, t: int = _TO, motion: bool = False
                  ) -> None:
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{p:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size={n}, Name={name or 'unknown'}")
-        prof = profile.active
-        if prof is not None:
-            prof.clause(clause_text(t, name, motion))
-        try:
-            with tracing.submit(self.number, tgt, p, n):
-                self.plugin.data_submit(self.device, tgt, p, n, queue)
-        finally:
-            if prof is not None:
-                prof.clause(None)
+        self._move(True, p, tgt, n, queue, (t, name, motion))
         if e is not None and e.shadows:       # the copy brought host pointers along:
             if queue is not None:             # their device values go back on top
                 self.plugin.synchronize(self.device, queue)
@@ -47,15 +57,7 @@ class Motion(TableState):
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from device to host, TgtPtr=0x{tgt:016x}, "
                       f"HstPtr=0x{p:016x}, Size={n}, Name={name or 'unknown'}")
-        prof = profile.active
-        if prof is not None:
-            prof.clause(clause_text(t, name, motion, ending=True))
-        try:
-            with tracing.retrieve(self.number, p, tgt, n):
-                self.plugin.data_retrieve(self.device, p, tgt, n, queue)
-        finally:
-            if prof is not None:
-                prof.clause(None)
+        self._move(False, p, tgt, n, queue, (t, name, motion, True))
         if e is not None and e.shadows:       # device pointers came back: the host
             if queue is not None:             # keeps its own values
                 self.plugin.synchronize(self.device, queue)
