@@ -393,7 +393,7 @@ def _update_strided(dev: Device, arr: np.ndarray, to_device: bool, present: bool
         return
     host = int(arr.__array_interface__["data"][0])
     lo, hi = extent(arr.shape, arr.strides, arr.itemsize)
-    e = dev.table.lookup(host + lo, hi - lo)
+    e = dev.table.acquire_busy(host + lo, hi - lo)      # in use while it copies
     if e is None:
         if present:
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
@@ -401,9 +401,12 @@ def _update_strided(dev: Device, arr: np.ndarray, to_device: bool, present: bool
                                f"({hi - lo} bytes) is not present on device {dev.number} "
                                f"(present modifier)")
         return                                           # absent: nothing (OpenMP)
-    tgt = e.tgt_begin + (host - e.hst_begin)
-    dev.plugin.data_update_strided(dev.local_id, to_device, host, tgt, arr.shape,
-                                   arr.strides, arr.itemsize)
+    try:
+        dev.plugin.data_update_strided(dev.local_id, to_device, host,
+                                       e.tgt_begin + (host - e.hst_begin), arr.shape,
+                                       arr.strides, arr.itemsize)
+    finally:
+        dev.table.release_busy([e])
 
 
 def taskwait() -> None:

@@ -162,21 +162,25 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
     p, n = span(arr)
     if n == 0:                          # nothing to view: an empty export, at NULL
         return DeviceArray(0, arr, dev.number, dl_device_of(dev), dev.plugin.name)
-    e = dev.table.lookup(p, max(n, 1))
+    e = dev.table.acquire_busy(p, n)    # in use until the view holds its block
     if e is None:
         raise OffloadError(ErrorCode.NOT_FOUND,
                            f"device_array: the array at 0x{p:x} ({n} bytes) is not mapped on "
                            f"device {dev.number}; map it first (target_data, "
                            f"target_enter_data)")
-    view = DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number, dl_device_of(dev),
-                       dev.plugin.name, e, dev.table)
-    # the block stays allocated while the view (or a capsule made from it) lives, even
-    # past the mapping and the runtime; a marked entry takes the Python path when unmapped
-    if e.views is None:
-        e.views = {}
-    blocks = dev.generic.exported
-    blocks.hold(e.tgt_begin)
-    weakref.finalize(view, blocks.release, e.tgt_begin)
+    try:
+        view = DeviceArray(e.tgt_begin + (p - e.hst_begin), arr, dev.number,
+                           dl_device_of(dev), dev.plugin.name, e, dev.table)
+        # the block stays allocated while the view (or a capsule made from it) lives, even
+        # past the mapping and the runtime; a marked entry takes the Python path when
+        # unmapped
+        if e.views is None:
+            e.views = {}
+        blocks = dev.generic.exported
+        blocks.hold(e.tgt_begin)
+        weakref.finalize(view, blocks.release, e.tgt_begin)
+    finally:
+        dev.table.release_busy([e])
     return view
 
 

@@ -203,9 +203,10 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
     still waits for the queue before it is freed)."""
     table = dev.table
     items = map_items(maps, _TOFROM, "target: map") if maps else []
-    # each array argument: the clause naming it (its index), else its span, mapped
-    # tofrom for the region when nothing covers it
+    # each array argument: the clause naming it (its index), else its span, in use by the
+    # region where another construct maps it, else mapped tofrom for the region
     where: list[tuple[int, int, int] | None] = []
+    loose: list[tuple[int, int, int]] = []    # (index, span) of those no clause covers
     for a in args:
         if not isinstance(a, np.ndarray):
             where.append(None)
@@ -218,30 +219,42 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
             j += 1
         else:
             p, n = span(a)
-            if any(overlaps(p, n, i.host, i.size) for i in items) \
-                    or table.overlapping(p, n) is not None:
-                where.append((-1, p, n))
-            else:
-                where.append((len(items), p, n))
-                items.append(MapClause(a, _IMPLICIT_TOFROM).item())
+            if not any(overlaps(p, n, i.host, i.size) for i in items):
+                loose.append((len(where), p, n))
+            where.append((-1, p, n))
     busy: list = []
     kept: list = []
+    marked: list = []
     try:
+        # found and marked in use in one step: another thread's delete waits for the region
+        found = table.mark_busy_found([(p, n) for _, p, n in loose]) if loose else []
+        held: dict[int, Any] = {}
+        for (i, p, n), e in zip(loose, found, strict=True):
+            if e is not None:
+                marked.append(e)
+                held[i] = e
+                continue
+            a = args[i]
+            j = next((j for j, it in enumerate(items) if it.owner is a), len(items))
+            if j == len(items):
+                items.append(MapClause(a, _IMPLICIT_TOFROM).item())
+            where[i] = (j, p, n)
         with dev.queue(stream_queue) as queue:
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
             tgts = table.target_data_begin(items, queue, busy)
-            others = [(w[1], w[2]) for w in where if w is not None and w[0] < 0]
-            if others:
-                busy += table.mark_busy_for(others)
+            busy += marked
+            marked = []
             try:
                 kargs = []
-                for a, w in zip(args, where, strict=True):
+                for i, (a, w) in enumerate(zip(args, where, strict=True)):
                     if w is None:                          # a scalar, by value
                         kargs.append(_by_value(a))
                     elif w[0] >= 0 and w[2]:               # its clause's device address
                         kargs.append(tgts[w[0]] + (w[1] - items[w[0]].host))
-                    else:                                  # mapped by another construct
+                    elif i in held:                        # mapped by another construct
+                        kargs.append(held[i].tgt_begin + (w[1] - held[i].hst_begin))
+                    else:                                  # inside a clause's mapping
                         kargs.append(kernel_arg(table, items, w[1], w[2]))
                 if table.info & _I_EXISTS:         # the arguments' lookups, as LLVM's
                     for w in where:
@@ -264,8 +277,8 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
                 dev.synchronize(stream_queue)      # a queue of ours would sync on exit
             kept, busy = (busy, []) if on_stream else ([], busy)
     finally:
-        if busy:
-            table.release_busy(busy)               # the queue has drained
+        if busy or marked:
+            table.release_busy(busy + marked)      # the queue has drained
     if table.info:
         table.dump_if_asked()
     return kept if on_stream else None

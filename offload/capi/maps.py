@@ -345,14 +345,17 @@ def _update_non_contig(dev: Device, a: Arg) -> None:
     to_device = bool(a.type & _TO)
     for p in starts:
         host = p + off * stride
-        e = dev.table.lookup(host, run)
+        e = dev.table.acquire_busy(host, run)          # in use while it copies
         if e is None:
             continue
         tgt = e.tgt_begin + (host - e.hst_begin)
-        if to_device:
-            dev.submit(tgt, host, run)
-        else:
-            dev.retrieve(host, tgt, run)
+        try:
+            if to_device:
+                dev.submit(tgt, host, run)
+            else:
+                dev.retrieve(host, tgt, run)
+        finally:
+            dev.table.release_busy([e])
 
 
 def _base(a: Arg) -> int:

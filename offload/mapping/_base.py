@@ -246,25 +246,26 @@ class TableState:
                 ok = ok and not e.failed
         return ok
 
-    def mark_busy_for(self, ranges: Sequence[tuple[int, int]]) -> list[HostDataToTarget]:
-        """Mark in use (see `acquire_busy`) each entry overlapping one of the host ranges,
-        once; return them for `release_busy`."""
-        if not ranges:
-            return []
+    def mark_busy_found(self, ranges: Sequence[tuple[int, int]]
+                        ) -> list[HostDataToTarget | None]:
+        """For each host range, in order, the first entry sharing a byte with it, marked in
+        use once per range (see `acquire_busy`; the marked ones go to `release_busy`), or
+        None when none does: what is found is held in the same step."""
         while True:
-            out: list[HostDataToTarget] = []
+            out: list[HostDataToTarget | None] = []
             with self._lock:
                 pending = None
                 for p, n in ranges:
                     e = self._find(p, max(n, 1))[0]
-                    if e is not None and e not in out:
+                    if e is not None:
                         pending = _pending(e)
                         if pending is not None:
                             break
-                        out.append(e)
+                    out.append(e)
                 if pending is None:
                     for e in out:
-                        e.busy += 1
+                        if e is not None:
+                            e.busy += 1
                     return out
             with pending:                         # being made or unmade: look again
                 pass
