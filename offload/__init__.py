@@ -18,11 +18,12 @@ from .omp_async import *  # noqa: F403
 from .statistics import stats
 from .target import target
 
+_PYKERNELS = ("kernel", "prange", "atomic_add", "atomic_max", "atomic_min", "PyKernel")
 __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Image", "Kernel",
            "MapType",
            "OffloadError", "OffloadWarning", "compile_c", "compile_openmp", "load_image", "target",
            "DeviceArray", "Event", "Queue", "Stream", "device_array", "empty", "stats",
-           "stream", "wait_stream"]
+           "stream", "wait_stream", *_PYKERNELS]
 
 # `offload.device` is not a function: keep the submodule out of sight (it stays importable
 # as offload.device) so `offload.device(n)` gets the hint below.
@@ -30,6 +31,11 @@ globals().pop("device", None)
 
 
 def __getattr__(name: str) -> object:
+    if name in _PYKERNELS:                   # on first use: kernels written in Python
+        from . import pykernels
+        value = getattr(pykernels, name)
+        globals()[name] = value
+        return value
     if name == "__version__":                # on first use (metadata is slow to import)
         from importlib import metadata
         try:

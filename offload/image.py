@@ -10,6 +10,7 @@ import io
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ErrorCode, OffloadError
 
@@ -82,6 +83,13 @@ class Binary:
     prototypes: dict[str, str]           # kernel name -> C declaration (host kernels)
     digest: str
     path: str | None = None           # the file it was read from, if any
+    #: format 'function': kernel name -> address of a function compiled in this process
+    functions: dict[str, int] = field(default_factory=dict)
+    #: what keeps those functions' code alive (a compiled Python kernel)
+    owner: Any = None
+    #: a kernel launched as several in a row on one queue: name -> ((entry, single), ...),
+    #: `single` for one run by one thread (a Python kernel's code between its loops)
+    phases: dict[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
 
     @classmethod
     def from_bytes(cls, data: bytes, prototypes: dict[str, str] | None = None,
@@ -108,7 +116,11 @@ class Binary:
 
     def kernel_names(self) -> list[str]:
         """The kernels this binary defines."""
+        if self.format == "function":
+            return sorted(self.functions)
         if self.format == "ptx":
+            if self.phases:
+                return sorted(self.phases)
             return re.findall(r"\.entry\s+([\w$]+)", self.data.decode("latin-1"))
         elf = self.header
         if elf.machine == "EM_AMDGPU":
@@ -118,6 +130,8 @@ class Binary:
         return sorted(self.prototypes) or sorted(elf.functions)
 
     def describe(self) -> str:
+        if self.format == "function":
+            return "in-process host functions"
         return self.elf.describe() if self.elf else "PTX"
 
 

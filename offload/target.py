@@ -88,9 +88,6 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     Example:
         >>> offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
     """
-    if not isinstance(kernel, Kernel):
-        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
-                           f"target: expected a kernel (image.name), got {type(kernel).__name__}")
     if type(map) is not list and type(map) is not tuple:
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"target: map: expected a list of map clauses, got "
@@ -98,6 +95,13 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     rt = _current()
     deps = check_depend(depend, "target: depend") if depend else ()
     dev = rt.construct_device(device)
+    if not isinstance(kernel, Kernel):
+        bind = getattr(type(kernel), "__offload_kernel__", None)   # a Python kernel
+        if bind is None:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"target: expected a kernel (image.name or an "
+                               f"@offload.kernel function), got {type(kernel).__name__}")
+        kernel, args, teams, threads = bind(kernel, args, dev, teams, threads)
     for a in args:
         t = type(a)
         if t is not np.ndarray and t is not int and t is not float and is_foreign(a):
@@ -319,7 +323,7 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     present = table.present
     if present is not None and type(args) is tuple:
         gen = dev.generic
-        if gen.accel_launches:
+        if gen.accel_launches and not k.phases:
             spec = k.fast_launch.get((teams, threads, shared_mem)) or \
                 gen.accel_launch(k, teams, threads, shared_mem)
             if spec is not None and present(args, spec) is True:

@@ -237,6 +237,9 @@ class GenericKernel:
     launch_state: Any = None
     #: the plugin's launch specs for the accelerator, by geometry (accel_launch)
     fast_launch: dict = field(default_factory=dict)
+    #: a kernel launched as several in a row: ((kernel, single), ...), `single` for one
+    #: launched as one thread (Binary.phases)
+    phases: tuple = ()
 
 
 _KINDS_KEPT = 64          # accepted argument kinds remembered per kernel

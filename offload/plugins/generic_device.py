@@ -336,6 +336,11 @@ class GenericDevice(DeviceHooks):
         if shared_mem < 0:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"shared_mem={shared_mem}: expected a byte count >= 0")
+        if k.phases:
+            for sub, single in k.phases:            # in order, on one queue
+                self.launch(sub, args, 1 if single else teams, 1 if single else threads,
+                            queue, 0 if single else shared_mem)
+            return
         p = profile.active
         if p is not None:
             p.kernel(self, self.plugin.name, self.id, k.name, len(args), teams, threads, queue,
@@ -348,7 +353,14 @@ class GenericDevice(DeviceHooks):
         key = (binary.digest, name)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernel_impl(self.load(binary), binary, name)
+            phases = binary.phases.get(name)
+            if phases:
+                subs = tuple((self.kernel(binary, entry), single) for entry, single in phases)
+                first = subs[0][0]
+                k = GenericKernel(name, None, first.params, first.signature, first.types,
+                                  phases=subs)
+            else:
+                k = self._kernel_impl(self.load(binary), binary, name)
             with self._lock:
                 k = self._kernels.setdefault(key, k)
         return k

@@ -10,6 +10,7 @@ import ctypes
 import functools
 import os
 import platform
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +66,21 @@ class _Program:
                 self.ffi.cdef(decl, override=True)
             except Exception as exc:       # noqa: BLE001 - cffi/pycparser errors vary
                 self.errors[name] = f"{decl!r}: {exc}"
-        self.lib = dlopen_bytes(self.ffi, binary.data, binary.digest[:16])
+        if binary.format == "function":           # compiled in this process already
+            self.lib = types.SimpleNamespace(**{
+                name: self.ffi.cast(_pointer_type(decl), addr)
+                for name, addr in binary.functions.items()
+                if name not in self.errors and name in binary.prototypes
+                and (decl := binary.prototypes[name])})
+        else:
+            self.lib = dlopen_bytes(self.ffi, binary.data, binary.digest[:16])
+
+
+def _pointer_type(decl: str) -> str:
+    """'void f(int *a, long n);' as the type of a pointer to it."""
+    head, _, rest = decl.rstrip().rstrip(";").partition("(")
+    result, _, name = head.rpartition(" ")
+    return f"{result or 'void'} (*)({rest}"
 
 
 class HostDevice(GenericDevice):
@@ -335,6 +350,8 @@ class HostPlugin(GenericPlugin[HostDevice]):
 
     def check_binary(self, binary: Binary, dev: HostDevice | None = None) -> None:
         """Raise INVALID_BINARY naming what is wrong unless this host can load it."""
+        if binary.format == "function":
+            return                              # compiled for this process's own host
         if binary.format != "elf":
             raise OffloadError(ErrorCode.INVALID_BINARY,
                                f"the host plugin loads ELF shared objects, not {binary.format}")

@@ -1,0 +1,170 @@
+"""Kernels written in Python: `@offload.kernel` over a function whose body is `prange`
+loops, run by `offload.target` like any kernel (numba compiles it: `pip install
+'offload[jit]'`). The core package imports none of this until a kernel is made."""
+from __future__ import annotations
+
+import ast
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._lazy import numpy as np
+from ..errors import ErrorCode, OffloadError
+from ..image import Image, Kernel
+from . import signature as _sig
+from .markers import atomic_add, atomic_max, atomic_min, prange
+from .signature import ParamType
+from .source import Source, read
+
+__all__ = ["PyKernel", "atomic_add", "atomic_max", "atomic_min", "kernel", "prange"]
+
+_THREADS = 256                 # a GPU launch's default block
+_WAVES = 8                     # default grid: blocks per multiprocessor, at most
+
+
+def _need_numba(what: str) -> None:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        raise OffloadError(ErrorCode.UNSUPPORTED,
+                           f"{what} needs numba: pip install 'offload[jit]' (numba, "
+                           f"numba-cuda and NVRTC for GPUs)") from None
+
+
+class PyKernel:
+    """A Python function run as a kernel by `offload.target(k, *args, ...)`; called
+    directly, it is the plain Python function."""
+
+    def __init__(self, fn: Callable[..., None], signature: Sequence[str] | str | None = None):
+        self.py_func = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.source: Source = read(fn)
+        self.signature = None if signature is None else \
+            _sig.parse(signature, fn.__name__, len(self.source.params))
+        self._lock = threading.Lock()
+        self._host: dict[tuple[ParamType, ...], tuple[Any, Any]] = {}
+        self._kernels: dict[tuple, Kernel] = {}
+        self.compiles = {"host": 0, "cuda": 0}       # how many were made, by target
+
+    def __call__(self, *args: Any) -> None:
+        return self.py_func(*args)
+
+    def __repr__(self) -> str:
+        return f"<offload.kernel {self.__name__}>"
+
+    def types_of(self, args: Sequence[Any]) -> tuple[ParamType, ...]:
+        """The parameter types a call with `args` compiles for."""
+        name = self.__name__
+        if len(args) != len(self.source.params):
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"kernel '{name}' takes {len(self.source.params)} "
+                               f"argument(s) ({', '.join(self.source.params)}), got "
+                               f"{len(args)}")
+        if self.signature is not None:
+            _sig.check_against(self.signature, args, name)
+            return self.signature
+        return tuple(_sig.of_argument(a, i, name) for i, a in enumerate(args))
+
+    def __offload_kernel__(self, args: Sequence[Any], dev: Any, teams: int | None,
+                           threads: int | None) -> tuple[Kernel, list[Any], Any, Any]:
+        """The compiled kernel for `args` on `dev` (None: the initial device), the
+        launch's arguments and its geometry."""
+        types = self.types_of(args)
+        plugin = dev.plugin.name if dev is not None else "host"
+        if plugin == "amdgpu":
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"kernel '{self.__name__}' is Python, and numba has no AMDGPU "
+                               f"target: run it on the host (device=None) or on a CUDA "
+                               f"device, or write it in HIP for compile_hip")
+        info = dev.info() if plugin == "cuda" else {}
+        cc = _cc(info.get("architecture", "")) if plugin == "cuda" else None
+        kernel = self._kernel(types, cc)
+        launch = _sig.expand(args) + self._scratch(types)
+        if cc is not None:
+            threads = threads or _THREADS
+            if teams is None:
+                trip = self._trip(args)
+                cap = _WAVES * int(info.get("multiprocessors") or 16)
+                teams = cap if trip is None else max(1, min(cap, math.ceil(trip / threads)))
+        return kernel, launch, teams, threads
+
+    def _kernel(self, types: tuple[ParamType, ...], cc: tuple[int, int] | None) -> Kernel:
+        key = (types, cc)
+        k = self._kernels.get(key)
+        if k is not None:
+            return k
+        _need_numba(f"kernel '{self.__name__}'")
+        with self._lock:                               # one compile per signature
+            k = self._kernels.get(key)
+            if k is not None:
+                return k
+            binary, body = self._host_binary(types)
+            binaries = [binary]
+            if cc is not None:
+                from . import cuda
+                from .host import reduction_types
+                binaries.append(cuda.compile_cuda(self.source, types,
+                                                  reduction_types(body, self.source), cc))
+                self.compiles["cuda"] += 1
+            k = getattr(Image(binaries), self.__name__)
+            self._kernels[key] = k
+        return k
+
+    def _host_binary(self, types: tuple[ParamType, ...]) -> tuple[Any, Any]:
+        made = self._host.get(types)
+        if made is None:
+            from .host import compile_host
+            made = self._host[types] = compile_host(self.source, types)
+            self.compiles["host"] += 1
+        return made
+
+    def _scratch(self, types: tuple[ParamType, ...]) -> list[Any]:
+        """One element per reduced scalar, at its reduction's start value (used on GPUs;
+        the host's numba reduces on its own)."""
+        from . import rewrite
+        names = rewrite.reduced(self.source)
+        if not names:
+            return []
+        from .cuda import identity
+        from .host import reduction_types
+        dtypes = reduction_types(self._host_binary(types)[1], self.source)
+        ops = {r: op for loop in self.source.loops.values()
+               for r, op in loop.reductions.items()}
+        out: list[Any] = []
+        for r in names:
+            out += [np.full(1, identity(ops[r], dtypes[r]), dtype=dtypes[r]), 1]
+        return out
+
+    def _trip(self, args: Sequence[Any]) -> int | None:
+        """The largest prange trip count, where the bounds use only the arguments."""
+        env = dict(zip(self.source.params, args, strict=True))
+        best = None
+        for loop in self.source.loops.values():
+            try:
+                b = [eval(compile(ast.Expression(x), "<bound>", "eval"),   # noqa: S307
+                          {"__builtins__": {"len": len, "min": min, "max": max}}, env)
+                     for x in loop.bounds]
+                n = len(range(*[int(v) for v in b]))
+            except Exception:                   # noqa: BLE001 - a bound from locals
+                return None
+            best = n if best is None else max(best, n)
+        return best
+
+
+def _cc(arch: str) -> tuple[int, int]:
+    """'sm_90' -> (9, 0)."""
+    digits = arch.removeprefix("sm_")
+    return (int(digits[:-1]), int(digits[-1])) if len(digits) >= 2 else (9, 0)
+
+
+def kernel(fn: Callable[..., None] | None = None, *,
+           signature: Sequence[str] | str | None = None) -> Any:
+    """Make a Python function a kernel for `offload.target`: its body holds `for i in
+    offload.prange(n):` loops over numpy arrays and scalars, compiled by numba for the
+    host (threads) and for CUDA devices (the launch's teams x threads), once per argument
+    types (or for `signature`, e.g. ['float32[:]', 'int64'])."""
+    if fn is None:
+        return lambda f: PyKernel(f, signature)
+    return PyKernel(fn, signature)

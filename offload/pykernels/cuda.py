@@ -1,0 +1,225 @@
+"""A Python kernel compiled for CUDA: numba-cuda turns the rewritten kernel into one PTX
+device function with a C symbol (numba-cuda makes no C-ABI kernels), and offload writes
+the `.entry` of each phase that calls it, in the same PTX module. No GPU is needed to
+compile: the target's compute capability is given."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._lazy import numpy as np
+from ..cache_dir import cache_directory, default_root
+from ..errors import ErrorCode, OffloadError
+from ..image import Binary
+from . import rewrite
+from .signature import ParamType, prototype
+from .source import Source
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def device_names() -> dict[str, Any]:
+    """The GPU versions of the markers and the helpers of the rewritten code."""
+    from numba import cuda
+
+    names: dict[str, Any] = {"__cuda": cuda}
+    for op, combine in (("add", "v + w"), ("max", "max(v, w)"), ("min", "min(v, w)")):
+        text = (f"def reduce(red, v):\n"
+                f"    if cuda.blockDim.x % 32 == 0:\n"        # whole warps: one atomic each
+                f"        off = 16\n"
+                f"        while off > 0:\n"
+                f"            w = cuda.shfl_down_sync(0xFFFFFFFF, v, off)\n"
+                f"            v = {combine}\n"
+                f"            off //= 2\n"
+                f"        if cuda.laneid == 0:\n"
+                f"            cuda.atomic.{op}(red, 0, v)\n"
+                f"    else:\n"
+                f"        cuda.atomic.{op}(red, 0, v)\n")
+        g: dict[str, Any] = {"cuda": cuda}
+        exec(compile(text, f"<offload reduction {op}>", "exec"), g)      # noqa: S102
+        names[f"__reduce_{op}"] = cuda.jit(device=True)(g["reduce"])
+    for name in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+                 "float32", "float64"):
+        t = getattr(np, name)
+        lo, hi = (np.iinfo(t).min, np.iinfo(t).max) if np.dtype(t).kind in "iu" else \
+            (-np.inf, np.inf)
+        names[f"__ident_add_{name}"] = t(0)
+        names[f"__ident_max_{name}"] = t(lo)
+        names[f"__ident_min_{name}"] = t(hi)
+    return names
+
+
+def identity(op: str, dtype: str) -> Any:
+    """The start value of a reduction's scratch element."""
+    return device_names()[f"__ident_{op.replace('+', 'add')}_{dtype}"]
+
+
+@contextlib.contextmanager
+def _target_cc(cc: tuple[int, int]) -> Iterator[None]:
+    """numba-cuda asks the current device for its compute capability when it compiles a
+    helper; answer with the target's, so that compiling needs no GPU."""
+    from numba.cuda import dispatcher
+
+    class _Target:
+        compute_capability = cc
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: _Target
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
+
+
+def compile_cuda(src: Source, sig: tuple[ParamType, ...], reductions: dict[str, str],
+                 cc: tuple[int, int]) -> Binary:
+    """The PTX binary of `src` for `sig` (reductions: scalar -> dtype, from the host
+    compile), with one entry per phase."""
+    if not hasattr(np, "row_stack"):      # numba-cuda 0.30 names it; numpy 2.5 removed it
+        np.row_stack = np.vstack
+    import numba
+    import numba_cuda
+    from numba import cuda, types
+
+    from .host import numba_types
+    scratch = [ParamType(reductions[r], 1) for r in rewrite.reduced(src)]
+    full = (*sig, *scratch)
+    names = [*src.params, *[f"__red_{r}" for r in rewrite.reduced(src)]]
+    tree, phases = rewrite.cuda_function(src, f"{src.name}__inner", reductions)
+    key = "\0".join([src.text, ",".join(map(str, full)), numba.__version__,
+                     numba_cuda.__version__, f"sm_{cc[0]}{cc[1]}", _generator()])
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    ptx = _cached(digest)
+    if ptx is None:
+        ptx = _compile(src, tree, full, names, cc, numba, cuda, types, numba_types)
+        ptx = ptx + _entries(src.name, ptx, len(phases))
+        _store(digest, ptx)
+    decl = prototype(src.name, full, names)
+    binary = Binary.from_bytes(ptx.encode(), {src.name: decl})
+    if len(phases) > 1:
+        binary.phases = {src.name: tuple((f"{src.name}__{k}", p.single)
+                                         for k, p in enumerate(phases))}
+        binary.prototypes.update({f"{src.name}__{k}": decl.replace(
+            f"void {src.name}(", f"void {src.name}__{k}(") for k in range(len(phases))})
+    return binary
+
+
+@functools.cache
+def _generator() -> str:
+    """offload's own part of what a kernel compiles to: the code that rewrites it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in ("source.py", "rewrite.py", "cuda.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _compile(src: Source, tree: Any, full: Sequence[ParamType], names: Sequence[str],
+             cc: tuple[int, int], numba: Any, cuda: Any, types: Any, numba_types: Any) -> str:
+    from numba.cuda.np.numpy_support import carray
+    g = dict(src.globals)
+    g.update(device_names())
+    with _lock, _target_cc(cc):
+        try:
+            exec(compile(tree, src.filename, "exec"), g)      # noqa: S102 - the kernel
+            inner = cuda.jit(device=True)(g[f"{src.name}__inner"])
+            params, call, ctypes_ = ["__phase"], ["__phase"], [types.int64]
+            for t, p in zip(full, names, strict=True):
+                nt = numba_types(t)
+                if t.ndim:
+                    dims = [f"{p}_extent{d}" for d in range(t.ndim)]
+                    params += [f"{p}_ptr", *dims]
+                    call.append(f"__carray({p}_ptr, ({', '.join(dims)},))")
+                    ctypes_ += [types.CPointer(nt.dtype), *[types.int64] * t.ndim]
+                else:
+                    params.append(p)
+                    call.append(p)
+                    ctypes_.append(nt)
+            text = (f"def {src.name}__c({', '.join(params)}):\n"
+                    f"    __inner({', '.join(call)})\n")
+            wg: dict[str, Any] = {"__inner": inner, "__carray": carray}
+            exec(compile(text, f"<offload wrapper of {src.name}>", "exec"), wg)  # noqa: S102
+            ptx, _ = cuda.compile(wg[f"{src.name}__c"], types.void(*ctypes_), device=True,
+                                  abi="c", output="ptx", cc=cc,
+                                  abi_info={"abi_name": f"{src.name}__c"})
+        except OffloadError:
+            raise
+        except Exception as exc:                       # numba's errors name the line
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"kernel '{src.name}' cannot be compiled for CUDA "
+                               f"(numba-cuda): {exc}") from None
+    return str(ptx)
+
+
+_PARAM = re.compile(r"\.param\s+\.(\w+)\s+(\w+)")
+_REG = {"b64": ("rd", "b64"), "u64": ("rd", "b64"), "s64": ("rd", "b64"),
+        "f64": ("fd", "f64"), "f32": ("f", "f32"), "b32": ("r", "b32"),
+        "u32": ("r", "b32"), "s32": ("r", "b32"), "b8": ("rs", "b16"),
+        "u8": ("rs", "b16"), "s8": ("rs", "b16"), "b16": ("rs", "b16"),
+        "u16": ("rs", "b16"), "s16": ("rs", "b16")}
+
+
+def _entries(name: str, ptx: str, count: int) -> str:
+    """PTX `.entry` kernels calling the device function `<name>__c` with the phase number
+    first: `name` for a kernel of one phase, else `name__0`, `name__1`, ..."""
+    m = re.search(rf"\.func\s*(\(\s*\.param\s+\.(\w+)\s+\w+\s*\))?\s*{name}__c\s*\(([^)]*)\)",
+                  ptx)
+    if m is None:
+        raise OffloadError(ErrorCode.INVALID_BINARY,
+                           f"kernel '{name}': numba-cuda's PTX has no function {name}__c")
+    ret = m.group(2)
+    params = _PARAM.findall(m.group(3))[1:]           # the phase is ours to give
+    out = []
+    for k in range(count):
+        entry = name if count == 1 else f"{name}__{k}"
+        decl = ",\n".join(f"\t.param .{t} {entry}_param_{i}" for i, (t, _) in
+                          enumerate(params))
+        regs: dict[str, int] = {}
+        loads, stores, args = [], [], []
+        for i, (t, _) in enumerate(params):
+            prefix, cls = _REG[t]
+            n = regs.get(prefix, 0) + 1
+            regs[prefix] = n
+            reg = f"%{prefix}{n}"
+            loads.append(f"\tld.param.{t if t[0] != 'b' else cls} {reg}, "
+                         f"[{entry}_param_{i}];")
+            stores.append(f"\t.param .{t} a{i};\n\tst.param.{t} [a{i}], {reg};")
+            args.append(f"a{i}")
+        decls = "\n".join(f"\t.reg .{_cls(p)} %{p}<{n + 1}>;" for p, n in regs.items())
+        ret_decl = f"\t.param .{ret} r;\n" if ret else ""
+        call = f"\tcall.uni {'(r), ' if ret else ''}{name}__c, (ph, {', '.join(args)});"
+        out.append(f"\n.visible .entry {entry}(\n{decl}\n)\n{{\n{decls}\n\t{{\n"
+                   f"\t.param .b64 ph;\n\tst.param.b64 [ph], {k};\n"
+                   + "\n".join(stores) + f"\n{ret_decl}{call}\n\t}}\n\tret;\n}}\n")
+    return "".join(out)
+
+
+def _cls(prefix: str) -> str:
+    return {"rd": "b64", "fd": "f64", "f": "f32", "r": "b32", "rs": "b16"}[prefix]
+
+
+def _cache_path(digest: str) -> str:
+    return os.path.join(cache_directory(os.path.join(default_root(), "pykernels")),
+                        f"{digest}.ptx")
+
+
+def _cached(digest: str) -> str | None:
+    from ..compiler import _read_own
+    data = _read_own(_cache_path(digest))
+    return None if data is None else data.decode()
+
+
+def _store(digest: str, ptx: str) -> None:
+    path = _cache_path(digest)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(ptx)
+    os.replace(tmp, path)

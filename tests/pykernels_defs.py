@@ -1,0 +1,85 @@
+"""Python kernels the tests of @offload.kernel share (host tests, PTX tests, GPU tests)."""
+import numpy as np
+
+import offload
+from offload import prange
+
+
+@offload.kernel
+def saxpy(y, x, a, n):
+    for i in offload.prange(n):
+        y[i] += a * x[i]
+
+
+@offload.kernel
+def stencil(u, v):
+    n, m = u.shape
+    for i in prange(1, n - 1):
+        for j in range(1, m - 1):
+            v[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1])
+
+
+@offload.kernel
+def total(a, out):
+    s = 0.0
+    for i in prange(a.size):
+        s += a[i]
+    out[0] = s
+
+
+@offload.kernel
+def largest(a, out):
+    m = -np.inf
+    for i in prange(a.shape[0]):
+        m = max(m, a[i])
+    out[0] = m
+
+
+@offload.kernel
+def dot(a, b, out):
+    s = 0.0
+    for i in offload.prange(a.shape[0]):
+        s += a[i] * b[i]
+    out[0] = s
+
+
+@offload.kernel
+def reverse_twice(a, b, n):
+    """Two loops: the second reads what the first wrote, in the other order."""
+    for i in prange(n):
+        a[i] = 3 * i
+    for i in prange(n):
+        b[i] = a[n - 1 - i] + 1
+
+
+@offload.kernel
+def histogram(data, bins, lo, width):
+    for i in prange(data.shape[0]):
+        k = int((data[i] - lo) / width)
+        if 0 <= k < bins.shape[0]:
+            offload.atomic_add(bins, k, 1)
+
+
+@offload.kernel
+def extremes(a, hi, lo):
+    for i in prange(a.shape[0]):
+        offload.atomic_max(hi, 0, a[i])
+        offload.atomic_min(lo, 0, a[i])
+
+
+@offload.kernel
+def strided(a, start, stop, step):
+    for i in prange(start, stop, step):
+        a[i] += 1
+
+
+@offload.kernel
+def add_one(a):
+    for i in prange(a.size):
+        a[i] += 1
+
+
+@offload.kernel(signature=["float32[:]", "int64"])
+def typed_fill(a, n):
+    for i in prange(n):
+        a[i] = 7.0
