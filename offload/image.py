@@ -87,9 +87,10 @@ class Binary:
     functions: dict[str, int] = field(default_factory=dict)
     #: what keeps those functions' code alive (a compiled Python kernel)
     owner: Any = None
-    #: a kernel launched as several in a row on one queue: name -> ((entry, single), ...),
-    #: `single` for one run by one thread (a Python kernel's code between its loops)
-    phases: dict[str, tuple[tuple[str, bool], ...]] = field(default_factory=dict)
+    #: a kernel launched as several in a row on one queue: name -> ((entry, geometry),
+    #: ...), geometry (teams, threads) fixed for that entry, or None: the launch's
+    phases: dict[str, tuple[tuple[str, tuple[int, int] | None], ...]] = \
+        field(default_factory=dict)
 
     @classmethod
     def from_bytes(cls, data: bytes, prototypes: dict[str, str] | None = None,

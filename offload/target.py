@@ -101,7 +101,9 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
             raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                f"target: expected a kernel (image.name or an "
                                f"@offload.kernel function), got {type(kernel).__name__}")
-        kernel, args, teams, threads = bind(kernel, args, dev, teams, threads)
+        kernel, args, teams, threads, scratch = bind(kernel, args, dev, teams, threads)
+        if scratch:
+            map = [*map, *scratch]
     for a in args:
         t = type(a)
         if t is not np.ndarray and t is not int and t is not float and is_foreign(a):

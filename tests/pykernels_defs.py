@@ -83,3 +83,17 @@ def add_one(a):
 def typed_fill(a, n):
     for i in prange(n):
         a[i] = 7.0
+
+
+@offload.kernel
+def grid_marks(a, jstart, jstep):
+    """A prange over rows around a range over columns (spread over threads together)."""
+    for i in prange(a.shape[0]):
+        for j in range(jstart, a.shape[1], jstep):
+            a[i, j] += i * 1000 + j
+
+
+def grid_marks_ref(a, jstart, jstep):
+    for i in range(a.shape[0]):
+        for j in range(jstart, a.shape[1], jstep):
+            a[i, j] += i * 1000 + j

@@ -51,6 +51,15 @@ def test_reductions_sum_max_and_dot(runtime, device):
     assert out[0] == pytest.approx(np.dot(a, b), rel=1e-12)
 
 
+def test_a_prange_around_a_range_loop(runtime):
+    runtime()
+    a = np.zeros((37, 101), dtype=np.int64)
+    offload.target(K.grid_marks, a, 1, 3, device=0)
+    ref = np.zeros_like(a)
+    K.grid_marks_ref(ref, 1, 3)
+    np.testing.assert_array_equal(a, ref)
+
+
 def test_two_prange_loops_each_finish_before_the_next(runtime):
     runtime()
     n = 5000

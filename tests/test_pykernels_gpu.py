@@ -86,3 +86,14 @@ def test_nowait_chain_and_prelocked(cu):
                 h = offload.target(K.add_one, a, device=cu, nowait=True, depend=[h])
             h.wait()
     np.testing.assert_array_equal(a, 5)
+
+
+@pytest.mark.parametrize("shape,jstart,jstep", [((37, 1001), 1, 3), ((5, 3), 4, 1),
+                                                ((1000, 7), 0, 1)])
+@pytest.mark.parametrize("teams", [None, 3])
+def test_collapsed_loops_cover_every_element_once(cu, shape, jstart, jstep, teams):
+    a = np.zeros(shape, dtype=np.int64)
+    offload.target(K.grid_marks, a, jstart, jstep, device=cu, teams=teams)
+    ref = np.zeros(shape, dtype=np.int64)
+    K.grid_marks_ref(ref, jstart, jstep)
+    np.testing.assert_array_equal(a, ref)

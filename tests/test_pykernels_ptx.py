@@ -2,6 +2,7 @@
 offload's entries in one module that ptxas accepts for sm_90; a kernel of several phases
 has one entry per phase, code between loops launched as one thread."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,7 @@ CASES = {
             [False, True]),
     "reverse_twice": (K.reverse_twice, (np.zeros(4, np.int64), np.zeros(4, np.int64), 4),
                       [False, False]),
+    "grid_marks": (K.grid_marks, (np.zeros((4, 4), np.int64), 1, 2), []),
     "histogram": (K.histogram, (np.zeros(4), np.zeros(4, np.int64), 0.0, 1.0), []),
     "largest": (K.largest, (np.zeros(4, np.float32), np.zeros(1, np.float32)),
                 [False, True]),
@@ -56,15 +58,20 @@ def test_ptx_from_python_is_accepted_by_ptxas(name, tmp_path, runtime):
     binary = _ptx(k, *args)
     assert binary.format == "ptx"
     if phases:
-        assert [single for _, single in binary.phases[k.__name__]] == phases
+        assert [fixed is not None for _, fixed in binary.phases[k.__name__]] == phases
         entries = [e for e, _ in binary.phases[k.__name__]]
     else:
         assert not binary.phases
         entries = [k.__name__]
     text = binary.data.decode()
     for e in entries:
-        assert f".visible .entry {e}(" in text
         assert e in binary.prototypes
+        body = text[text.index(f".visible .entry {e}("):]
+        body = body[:body.index("\tret;")]
+        declared = re.findall(rf"\.param \.\w+ ({e}_param_\d+)", body)
+        loaded = re.findall(rf"ld\.param\.\w+ %\w+, \[({e}_param_\d+)\]", body)
+        assert declared and loaded == declared          # every parameter passed on
+        assert body.count("st.param") == len(declared) + 1      # and the phase number
     path = tmp_path / f"{name}.ptx"
     path.write_bytes(binary.data)
     out = subprocess.run([_ptxas(), "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],

@@ -237,8 +237,8 @@ class GenericKernel:
     launch_state: Any = None
     #: the plugin's launch specs for the accelerator, by geometry (accel_launch)
     fast_launch: dict = field(default_factory=dict)
-    #: a kernel launched as several in a row: ((kernel, single), ...), `single` for one
-    #: launched as one thread (Binary.phases)
+    #: a kernel launched as several in a row: ((kernel, geometry), ...), geometry
+    #: (teams, threads) fixed for that one, else None (Binary.phases)
     phases: tuple = ()
 
 

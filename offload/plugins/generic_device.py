@@ -337,9 +337,11 @@ class GenericDevice(DeviceHooks):
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"shared_mem={shared_mem}: expected a byte count >= 0")
         if k.phases:
-            for sub, single in k.phases:            # in order, on one queue
-                self.launch(sub, args, 1 if single else teams, 1 if single else threads,
-                            queue, 0 if single else shared_mem)
+            for sub, fixed in k.phases:             # in order, on one queue
+                if fixed is None:
+                    self.launch(sub, args, teams, threads, queue, shared_mem)
+                else:
+                    self.launch(sub, args, fixed[0], fixed[1], queue, 0)
             return
         p = profile.active
         if p is not None:
@@ -355,7 +357,7 @@ class GenericDevice(DeviceHooks):
         if k is None:
             phases = binary.phases.get(name)
             if phases:
-                subs = tuple((self.kernel(binary, entry), single) for entry, single in phases)
+                subs = tuple((self.kernel(binary, entry), fixed) for entry, fixed in phases)
                 first = subs[0][0]
                 k = GenericKernel(name, None, first.params, first.signature, first.types,
                                   phases=subs)

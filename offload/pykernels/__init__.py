@@ -4,7 +4,6 @@ loops, run by `offload.target` like any kernel (numba compiles it: `pip install
 from __future__ import annotations
 
 import ast
-import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +46,11 @@ class PyKernel:
         self._host: dict[tuple[ParamType, ...], tuple[Any, Any]] = {}
         self._kernels: dict[tuple, Kernel] = {}
         self.compiles = {"host": 0, "cuda": 0}       # how many were made, by target
+        self._seen: dict[tuple, tuple[ParamType, ...]] = {}     # argument kinds -> types
+        from . import rewrite
+        self._reduced = rewrite.reduced(self.source)
+        self._bounds = [[compile(ast.Expression(x), "<bound>", "eval") for x in loop.bounds]
+                        for loop in self.source.loops.values()]
 
     def __call__(self, *args: Any) -> None:
         return self.py_func(*args)
@@ -68,27 +72,35 @@ class PyKernel:
         return tuple(_sig.of_argument(a, i, name) for i, a in enumerate(args))
 
     def __offload_kernel__(self, args: Sequence[Any], dev: Any, teams: int | None,
-                           threads: int | None) -> tuple[Kernel, list[Any], Any, Any]:
+                           threads: int | None
+                           ) -> tuple[Kernel, list[Any], Any, Any, list[Any]]:
         """The compiled kernel for `args` on `dev` (None: the initial device), the
-        launch's arguments and its geometry."""
-        types = self.types_of(args)
-        plugin = dev.plugin.name if dev is not None else "host"
-        if plugin == "amdgpu":
-            raise OffloadError(ErrorCode.UNSUPPORTED,
-                               f"kernel '{self.__name__}' is Python, and numba has no AMDGPU "
-                               f"target: run it on the host (device=None) or on a CUDA "
-                               f"device, or write it in HIP for compile_hip")
-        info = dev.info() if plugin == "cuda" else {}
-        cc = _cc(info.get("architecture", "")) if plugin == "cuda" else None
-        kernel = self._kernel(types, cc)
-        launch = _sig.expand(args) + self._scratch(types)
-        if cc is not None:
-            threads = threads or _THREADS
+        launch's arguments, its geometry and the map clauses of its scratch arrays."""
+        kinds = _kinds(args)
+        types = self._seen.get(kinds) if kinds is not None else None
+        if types is None:
+            types = self.types_of(args)
+            if kinds is not None and len(self._seen) < 64:
+                self._seen[kinds] = types
+        key = (id(dev), dev.plugin.name, dev.local_id) if dev is not None else None
+        target = _targets.get(key) if key is not None else _HOST
+        if target is None:
+            target = _targets[key] = _Target.of(dev, self.__name__)
+        kernel = self._kernel(types, target.cc)
+        launch = _sig.expand(args)
+        if target.cc is not None:
+            # whole warps (the block reductions shuffle across them), at most 1024
+            threads = min(1024, max(32, (threads or _THREADS) // 32 * 32))
             if teams is None:
                 trip = self._trip(args)
-                cap = _WAVES * int(info.get("multiprocessors") or 16)
-                teams = cap if trip is None else max(1, min(cap, math.ceil(trip / threads)))
-        return kernel, launch, teams, threads
+                cap = _WAVES * target.sms
+                teams = cap if trip is None else max(1, min(cap, -(-trip // threads)))
+        scratch: list[Any] = []
+        if self._reduced:
+            scratch = self._scratch(types, (teams or 1) if target.cc is not None else 1)
+            for s in scratch:
+                launch += [s, s.size]
+        return kernel, launch, teams, threads, [_alloc(s) for s in scratch]
 
     def _kernel(self, types: tuple[ParamType, ...], cc: tuple[int, int] | None) -> Kernel:
         key = (types, cc)
@@ -120,37 +132,75 @@ class PyKernel:
             self.compiles["host"] += 1
         return made
 
-    def _scratch(self, types: tuple[ParamType, ...]) -> list[Any]:
-        """One element per reduced scalar, at its reduction's start value (used on GPUs;
-        the host's numba reduces on its own)."""
-        from . import rewrite
-        names = rewrite.reduced(self.source)
-        if not names:
-            return []
-        from .cuda import identity
+    def _scratch(self, types: tuple[ParamType, ...], blocks: int) -> list[Any]:
+        """One element per block of the launch for each reduced scalar (on a GPU each
+        block writes its value there, and later code combines them); the host's numba
+        reduces on its own and leaves them alone."""
         from .host import reduction_types
         dtypes = reduction_types(self._host_binary(types)[1], self.source)
-        ops = {r: op for loop in self.source.loops.values()
-               for r, op in loop.reductions.items()}
-        out: list[Any] = []
-        for r in names:
-            out += [np.full(1, identity(ops[r], dtypes[r]), dtype=dtypes[r]), 1]
-        return out
+        return [np.empty(max(1, blocks or 1), dtype=dtypes[r]) for r in self._reduced]
 
     def _trip(self, args: Sequence[Any]) -> int | None:
         """The largest prange trip count, where the bounds use only the arguments."""
         env = dict(zip(self.source.params, args, strict=True))
         best = None
-        for loop in self.source.loops.values():
+        for bounds in self._bounds:
             try:
-                b = [eval(compile(ast.Expression(x), "<bound>", "eval"),   # noqa: S307
-                          {"__builtins__": {"len": len, "min": min, "max": max}}, env)
-                     for x in loop.bounds]
-                n = len(range(*[int(v) for v in b]))
+                b = [int(eval(x, _BOUND_GLOBALS, env)) for x in bounds]   # noqa: S307
+                n = len(range(*b))
             except Exception:                   # noqa: BLE001 - a bound from locals
                 return None
             best = n if best is None else max(best, n)
         return best
+
+
+_BOUND_GLOBALS: dict[str, Any] = {"__builtins__": {"len": len, "min": min, "max": max}}
+
+
+def _kinds(args: Sequence[Any]) -> tuple | None:
+    """What decides a call's types, cheaply (None: judge each argument)."""
+    out: list[Any] = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray:
+            out.append((a.dtype.char, a.ndim, a.flags.c_contiguous))
+        elif t is int or t is float or isinstance(a, np.number):
+            out.append(t)
+        else:
+            return None
+    return tuple(out)
+
+
+class _Target:
+    """What a device means for a Python kernel: its compute capability (None: the host
+    binary) and multiprocessors."""
+
+    def __init__(self, cc: tuple[int, int] | None, sms: int):
+        self.cc = cc
+        self.sms = sms
+
+    @staticmethod
+    def of(dev: Any, kernel: str) -> _Target:
+        plugin = dev.plugin.name
+        if plugin == "amdgpu":
+            raise OffloadError(ErrorCode.UNSUPPORTED,
+                               f"kernel '{kernel}' is Python, and numba has no AMDGPU "
+                               f"target: run it on the host (device=None) or on a CUDA "
+                               f"device, or write it in HIP for compile_hip")
+        if plugin != "cuda":
+            return _HOST
+        info = dev.info()
+        return _Target(_cc(info.get("architecture", "")),
+                       int(info.get("multiprocessors") or 16))
+
+
+_HOST = _Target(None, 0)
+_targets: dict[Any, _Target] = {}       # a device (id, plugin, number) -> its target
+
+
+def _alloc(a: Any) -> Any:
+    from ..clauses import alloc
+    return alloc(a, name="reduction scratch")
 
 
 def _cc(arch: str) -> tuple[int, int]:

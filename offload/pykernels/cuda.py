@@ -23,37 +23,77 @@ from .signature import ParamType, prototype
 from .source import Source
 
 _lock = threading.Lock()
+BLOCK = 256         # the threads of a launch of code between loops (thread 0 runs it)
+
+
+DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+          "float32", "float64")
+_COMBINE = {"add": "v + w", "max": "max(v, w)", "min": "min(v, w)"}
+# a block's threads (whole warps) combine their values: warp shuffles, then one value per
+# warp through shared memory; every thread gets the block's value
+_REDUCERS = """
+def block(v):
+    sm = cuda.shared.array(32, DT)
+    lane = cuda.threadIdx.x % 32
+    off = 16
+    while off > 0:
+        w = cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+        v = {combine}
+        off //= 2
+    if lane == 0:
+        sm[cuda.threadIdx.x // 32] = v
+    cuda.syncthreads()
+    v = sm[lane] if lane < (cuda.blockDim.x + 31) // 32 else IDENT
+    off = 16
+    while off > 0:
+        w = cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+        v = {combine}
+        off //= 2
+    v = cuda.shfl_sync(0xFFFFFFFF, v, 0)
+    cuda.syncthreads()
+    return v
+
+
+def reduce(red, v):
+    v = block(v)
+    if cuda.threadIdx.x == 0:
+        red[cuda.blockIdx.x] = v
+
+
+def combine(red):
+    v = IDENT
+    i = cuda.threadIdx.x
+    while i < red.shape[0]:
+        w = red[i]
+        v = {combine}
+        i += cuda.blockDim.x
+    return block(v)
+"""
 
 
 @functools.cache
 def device_names() -> dict[str, Any]:
     """The GPU versions of the markers and the helpers of the rewritten code."""
-    from numba import cuda
-
+    from numba import cuda, types
     names: dict[str, Any] = {"__cuda": cuda}
-    for op, combine in (("add", "v + w"), ("max", "max(v, w)"), ("min", "min(v, w)")):
-        text = (f"def reduce(red, v):\n"
-                f"    if cuda.blockDim.x % 32 == 0:\n"        # whole warps: one atomic each
-                f"        off = 16\n"
-                f"        while off > 0:\n"
-                f"            w = cuda.shfl_down_sync(0xFFFFFFFF, v, off)\n"
-                f"            v = {combine}\n"
-                f"            off //= 2\n"
-                f"        if cuda.laneid == 0:\n"
-                f"            cuda.atomic.{op}(red, 0, v)\n"
-                f"    else:\n"
-                f"        cuda.atomic.{op}(red, 0, v)\n")
-        g: dict[str, Any] = {"cuda": cuda}
-        exec(compile(text, f"<offload reduction {op}>", "exec"), g)      # noqa: S102
-        names[f"__reduce_{op}"] = cuda.jit(device=True)(g["reduce"])
-    for name in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                 "float32", "float64"):
+    for name in DTYPES:
         t = getattr(np, name)
         lo, hi = (np.iinfo(t).min, np.iinfo(t).max) if np.dtype(t).kind in "iu" else \
             (-np.inf, np.inf)
         names[f"__ident_add_{name}"] = t(0)
         names[f"__ident_max_{name}"] = t(lo)
         names[f"__ident_min_{name}"] = t(hi)
+        for op in ("add", "max", "min"):
+            g: dict[str, Any] = {"cuda": cuda, "DT": getattr(types, name),
+                                 "IDENT": names[f"__ident_{op}_{name}"]}
+            exec(compile(_REDUCERS.format(combine=_COMBINE[op]),         # noqa: S102
+                         f"<offload reduction {op} {name}>", "exec"), g)
+            # each its own copy of `block` (one shared by both breaks NVVM's IR)
+            g["block"] = cuda.jit(device=True, inline="always")(g["block"])
+            for fn in ("reduce", "combine"):
+                g[fn] = cuda.jit(device=True)(g[fn])
+            names[f"__reduce_{op}_{name}"] = g["reduce"]
+            names[f"__combine_{op}_{name}"] = g["combine"]
     return names
 
 
@@ -99,13 +139,15 @@ def compile_cuda(src: Source, sig: tuple[ParamType, ...], reductions: dict[str, 
     ptx = _cached(digest)
     if ptx is None:
         ptx = _compile(src, tree, full, names, cc, numba, cuda, types, numba_types)
-        ptx = ptx + _entries(src.name, ptx, len(phases))
+        ptx = ptx + _entries(src.name, ptx, len(phases) if len(phases) > 1 or
+                             phases[0].single else 0)
         _store(digest, ptx)
     decl = prototype(src.name, full, names)
     binary = Binary.from_bytes(ptx.encode(), {src.name: decl})
-    if len(phases) > 1:
-        binary.phases = {src.name: tuple((f"{src.name}__{k}", p.single)
-                                         for k, p in enumerate(phases))}
+    if len(phases) > 1 or phases[0].single:
+        binary.phases = {src.name: tuple(
+            (f"{src.name}__{k}", (1, BLOCK) if p.single else None)
+            for k, p in enumerate(phases))}
         binary.prototypes.update({f"{src.name}__{k}": decl.replace(
             f"void {src.name}(", f"void {src.name}__{k}(") for k in range(len(phases))})
     return binary
@@ -169,7 +211,7 @@ _REG = {"b64": ("rd", "b64"), "u64": ("rd", "b64"), "s64": ("rd", "b64"),
 
 def _entries(name: str, ptx: str, count: int) -> str:
     """PTX `.entry` kernels calling the device function `<name>__c` with the phase number
-    first: `name` for a kernel of one phase, else `name__0`, `name__1`, ..."""
+    first: `name` for a kernel of one loop (`count` 0), else `name__0`, `name__1`, ..."""
     m = re.search(rf"\.func\s*(\(\s*\.param\s+\.(\w+)\s+\w+\s*\))?\s*{name}__c\s*\(([^)]*)\)",
                   ptx)
     if m is None:
@@ -178,8 +220,8 @@ def _entries(name: str, ptx: str, count: int) -> str:
     ret = m.group(2)
     params = _PARAM.findall(m.group(3))[1:]           # the phase is ours to give
     out = []
-    for k in range(count):
-        entry = name if count == 1 else f"{name}__{k}"
+    for k in range(max(count, 1)):
+        entry = name if count == 0 else f"{name}__{k}"
         decl = ",\n".join(f"\t.param .{t} {entry}_param_{i}" for i, (t, _) in
                           enumerate(params))
         regs: dict[str, int] = {}
@@ -196,8 +238,9 @@ def _entries(name: str, ptx: str, count: int) -> str:
         decls = "\n".join(f"\t.reg .{_cls(p)} %{p}<{n + 1}>;" for p, n in regs.items())
         ret_decl = f"\t.param .{ret} r;\n" if ret else ""
         call = f"\tcall.uni {'(r), ' if ret else ''}{name}__c, (ph, {', '.join(args)});"
-        out.append(f"\n.visible .entry {entry}(\n{decl}\n)\n{{\n{decls}\n\t{{\n"
-                   f"\t.param .b64 ph;\n\tst.param.b64 [ph], {k};\n"
+        out.append(f"\n.visible .entry {entry}(\n{decl}\n)\n{{\n{decls}\n"
+                   + "\n".join(loads) + "\n\t{\n"
+                   + f"\t.param .b64 ph;\n\tst.param.b64 [ph], {k};\n"
                    + "\n".join(stores) + f"\n{ret_decl}{call}\n\t}}\n\tret;\n}}\n")
     return "".join(out)
 

@@ -100,8 +100,11 @@ def cuda_function(src: Source, name: str, reductions: dict[str, str]
 
     def flush() -> None:
         if any(src.kinds[j] == "serial" for j in run):
-            body = _prelude(src, run[0]) + [
-                _Markers(src, gpu=True).visit(copy.deepcopy(src.body[j])) for j in run]
+            serial = [_Markers(src, gpu=True).visit(copy.deepcopy(src.body[j])) for j in run]
+            once = _parse("if __cuda.threadIdx.x == 0:\n    pass", src.body[run[0]])[0]
+            assert isinstance(once, ast.If)
+            once.body = serial                      # thread 0 of the launch's one block
+            body = _prelude(src, run[0], reductions) + [once]
             branches.append((len(phases), body))
             phases.append(Phase(True, src.body[run[0]].lineno))
         run.clear()
@@ -111,11 +114,14 @@ def cuda_function(src: Source, name: str, reductions: dict[str, str]
             run.append(i)
             continue
         flush()
-        body = _prelude(src, i) + _grid_loop(src, i, reductions)
+        body = _prelude(src, i, reductions) + _grid_loop(src, i, reductions)
         branches.append((len(phases), body))
         phases.append(Phase(False, src.body[i].lineno))
     flush()
     line = src.body[0].lineno
+    if not phases:                          # nothing but locals: one launch doing nothing
+        branches.append((0, _prelude(src, len(src.body), reductions) or [ast.Pass()]))
+        phases.append(Phase(True, line))
     ifs: list[ast.stmt] = []
     for k, body in reversed(branches):
         test = ast.Compare(ast.Name("__phase", ast.Load()), [ast.Eq()], [ast.Constant(k)])
@@ -133,7 +139,7 @@ def reduced(src: Source) -> list[str]:
     return out
 
 
-def _prelude(src: Source, upto: int) -> list[ast.stmt]:
+def _prelude(src: Source, upto: int, dtypes: dict[str, str]) -> list[ast.stmt]:
     """What every thread runs before statement `upto`: the statements that only set
     locals, and after each earlier loop its reduced scalars' totals."""
     out: list[ast.stmt] = []
@@ -142,8 +148,9 @@ def _prelude(src: Source, upto: int) -> list[ast.stmt]:
             out.append(_Markers(src, gpu=True).visit(copy.deepcopy(src.body[j])))
         elif src.kinds[j] == "loop":
             for r, op in src.loops[j].reductions.items():
-                out += _parse(f"{r} = {r} + __red_{r}[0]" if op == "+" else
-                              f"{r} = {op}({r}, __red_{r}[0])", src.body[j])
+                total = f"__combine_{'add' if op == '+' else op}_{dtypes[r]}(__red_{r})"
+                out += _parse(f"{r} = {r} + {total}" if op == "+" else
+                              f"{r} = {op}({r}, {total})", src.body[j])
     return out
 
 
@@ -166,25 +173,38 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
                  "__itrip = (__istop - __istart + __istep - 1) // __istep if __istep > 0 "
                  "else ((__istart - __istop - __istep - 1) // (-__istep) if __istep < 0 "
                  "else 0)",
-                 "__trip = __trip * __itrip if __itrip > 0 else 0"]
+                 "__T = __cuda.gridsize(1)",
+                 "__ki = __cuda.grid(1) // __itrip if __itrip > 0 else __trip",
+                 "__kj = __cuda.grid(1) - __ki * __itrip",
+                 "__dq = __T // __itrip if __itrip > 0 else 0",
+                 "__dr = __T - __dq * __itrip"]
     for r, op in loop.reductions.items():
         text.append(f"{r} = __ident_{op.replace('+', 'add')}_{dtypes[r]}")
     out = _parse("\n".join(text), node)
     if inner is not None:
+        # each thread steps through the (i, j) space by the grid's size, carrying the
+        # remainder: one division per thread, none per element
         assert isinstance(inner.target, ast.Name)
         body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in inner.body]
-        head = _parse(f"{loop.index} = __start + (__k // __itrip) * __step\n"
-                      f"{inner.target.id} = __istart + (__k % __itrip) * __istep", node)
+        head = _parse(f"{loop.index} = __start + __ki * __step\n"
+                      f"{inner.target.id} = __istart + __kj * __istep", node)
+        advance = _parse("__kj += __dr\n__ki += __dq\nif __kj >= __itrip:\n"
+                      "    __kj -= __itrip\n    __ki += 1", node)
+        grid = _parse("while __ki < __trip:\n    pass", node)[0]
+        assert isinstance(grid, ast.While)
+        grid.body = head + body + advance
     else:
         body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in node.body]
         head = _parse(f"{loop.index} = __start + __k * __step", node)
-    grid = _parse("for __k in range(__cuda.grid(1), __trip, __cuda.gridsize(1)):\n    pass",
-                  node)[0]
-    assert isinstance(grid, ast.For)
-    grid.body = head + body
+        loop1 = _parse("for __k in range(__cuda.grid(1), __trip, __cuda.gridsize(1)):\n"
+                       "    pass", node)[0]
+        assert isinstance(loop1, ast.For)
+        loop1.body = head + body
+        grid = loop1
     out.append(grid)
     for r, op in loop.reductions.items():
-        out += _parse(f"__reduce_{op.replace('+', 'add')}(__red_{r}, {r})", node)
+        out += _parse(f"__reduce_{op.replace('+', 'add')}_{dtypes[r]}(__red_{r}, {r})",
+                      node)
     return out
 
 
