@@ -201,3 +201,17 @@ def test_amdgpu_refuses_python_kernels_clearly(runtime, sim):  # noqa: F811
     with pytest.raises(OffloadError, match="numba has no AMDGPU target") as ei:
         offload.target(K.add_one, np.zeros(3), device=0)
     assert ei.value.code is ErrorCode.UNSUPPORTED
+
+
+@pytest.mark.parametrize("example", ["stencil.py", "reduction.py"])
+def test_the_python_kernel_examples_pass(example, tmp_path):
+    """examples/python_kernels: written once, run on whatever device exists (the host
+    plugin here, the GPU on a GPU machine)."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OFFLOAD_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "python_kernels",
+                                                       example), "300"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("PASS"), out.stdout + out.stderr
