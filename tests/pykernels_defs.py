@@ -97,3 +97,12 @@ def grid_marks_ref(a, jstart, jstep):
     for i in range(a.shape[0]):
         for j in range(jstart, a.shape[1], jstep):
             a[i, j] += i * 1000 + j
+
+
+@offload.kernel
+def odd_only(a):
+    """A prange body that ends some iterations early."""
+    for i in prange(a.shape[0]):
+        if i % 2 == 0:
+            continue
+        a[i] += 1

@@ -60,6 +60,13 @@ def test_a_prange_around_a_range_loop(runtime):
     np.testing.assert_array_equal(a, ref)
 
 
+def test_continue_in_a_prange_body(runtime):
+    runtime()
+    a = np.zeros(101, dtype=np.int32)
+    offload.target(K.odd_only, a, device=0)
+    np.testing.assert_array_equal(a, np.arange(101) % 2)
+
+
 def test_two_prange_loops_each_finish_before_the_next(runtime):
     runtime()
     n = 5000

@@ -65,6 +65,12 @@ def test_two_loops_and_ranges(cu):
         np.testing.assert_array_equal(c, ref)
 
 
+def test_continue_in_a_prange_body(cu):
+    a = np.zeros(100_001, dtype=np.int32)
+    offload.target(K.odd_only, a, device=cu)
+    np.testing.assert_array_equal(a, np.arange(a.size) % 2)
+
+
 def test_atomics(cu):
     data = np.random.default_rng(3).random(200_000)
     bins = np.zeros(10, dtype=np.int64)

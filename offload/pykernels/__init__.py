@@ -47,6 +47,7 @@ class PyKernel:
         self._kernels: dict[tuple, Kernel] = {}
         self.compiles = {"host": 0, "cuda": 0}       # how many were made, by target
         self._seen: dict[tuple, tuple[ParamType, ...]] = {}     # argument kinds -> types
+        self._dtypes: dict[tuple[ParamType, ...], list[str]] = {}  # reduced scalars' dtypes
         from . import rewrite
         self._reduced = rewrite.reduced(self.source)
         self._bounds = [[compile(ast.Expression(x), "<bound>", "eval") for x in loop.bounds]
@@ -136,9 +137,13 @@ class PyKernel:
         """One element per block of the launch for each reduced scalar (on a GPU each
         block writes its value there, and later code combines them); the host's numba
         reduces on its own and leaves them alone."""
-        from .host import reduction_types
-        dtypes = reduction_types(self._host_binary(types)[1], self.source)
-        return [np.empty(max(1, blocks or 1), dtype=dtypes[r]) for r in self._reduced]
+        dtypes = self._dtypes.get(types)
+        if dtypes is None:
+            from .host import reduction_types
+            found = reduction_types(self._host_binary(types)[1], self.source)
+            dtypes = self._dtypes[types] = [found[r] for r in self._reduced]
+        n = max(1, blocks)
+        return [np.empty(n, dtype=d) for d in dtypes]
 
     def _trip(self, args: Sequence[Any]) -> int | None:
         """The largest prange trip count, where the bounds use only the arguments."""

@@ -193,6 +193,13 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
         grid = _parse("while __ki < __trip:\n    pass", node)[0]
         assert isinstance(grid, ast.While)
         grid.body = head + body + advance
+    elif not _continues(node):            # a plain counter: fewer steps than range's
+        body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in node.body]
+        out += _parse("__k = __cuda.grid(1)\n__T = __cuda.gridsize(1)", node)
+        head = _parse(f"{loop.index} = __start + __k * __step", node)
+        grid = _parse("while __k < __trip:\n    pass", node)[0]
+        assert isinstance(grid, ast.While)
+        grid.body = head + body + _parse("__k += __T", node)
     else:
         body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in node.body]
         head = _parse(f"{loop.index} = __start + __k * __step", node)
@@ -206,6 +213,19 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
         out += _parse(f"__reduce_{op.replace('+', 'add')}_{dtypes[r]}(__red_{r}, {r})",
                       node)
     return out
+
+
+def _continues(loop: ast.For) -> bool:
+    """Whether a `continue` in the loop's body may end its iteration (not one of an inner
+    loop's own)."""
+    def walk(stmts: list[ast.stmt]) -> bool:
+        for st in stmts:
+            if isinstance(st, ast.Continue):
+                return True
+            if isinstance(st, ast.If) and (walk(st.body) or walk(st.orelse)):
+                return True
+        return False
+    return walk(loop.body)
 
 
 def _collapsible(loop: Any) -> ast.For | None:
