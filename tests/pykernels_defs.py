@@ -106,3 +106,13 @@ def odd_only(a):
         if i % 2 == 0:
             continue
         a[i] += 1
+
+
+@offload.kernel
+def row_sums(u, out):
+    """A scalar the loop body sets itself and then adds to: not a reduction."""
+    for i in prange(u.shape[0]):
+        t = 0.0
+        for j in range(u.shape[1]):
+            t += u[i, j]
+        out[i] = t

@@ -60,6 +60,15 @@ def test_a_prange_around_a_range_loop(runtime):
     np.testing.assert_array_equal(a, ref)
 
 
+def test_a_scalar_the_body_sets_itself_is_not_reduced(runtime):
+    runtime()
+    u = np.random.default_rng(5).random((40, 30))
+    out = np.zeros(40)
+    offload.target(K.row_sums, u, out, device=0)
+    np.testing.assert_allclose(out, u.sum(axis=1))
+    assert not next(iter(K.row_sums.source.loops.values())).reductions
+
+
 def test_continue_in_a_prange_body(runtime):
     runtime()
     a = np.zeros(101, dtype=np.int32)
@@ -159,6 +168,7 @@ BAD = {
     "break": ("def k(a):\n    for i in prange(3):\n        if i:\n            break\n", 4,
               "cannot break"),
     "prange elsewhere": ("def k(a):\n    r = prange(3)\n", 2, "other than as the range"),
+    "dunder": ("def k(a):\n    for i in prange(3):\n        __x = i\n", 3, "two underscores"),
     "defaults": ("def k(a, n=3):\n    pass\n", 1, "plain positional parameters"),
 }
 

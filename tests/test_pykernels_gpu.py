@@ -65,6 +65,13 @@ def test_two_loops_and_ranges(cu):
         np.testing.assert_array_equal(c, ref)
 
 
+def test_a_scalar_the_body_sets_itself_is_not_reduced(cu):
+    u = np.random.default_rng(5).random((400, 300))
+    out = np.zeros(400)
+    offload.target(K.row_sums, u, out, device=cu)
+    np.testing.assert_allclose(out, u.sum(axis=1))
+
+
 def test_continue_in_a_prange_body(cu):
     a = np.zeros(100_001, dtype=np.int32)
     offload.target(K.odd_only, a, device=cu)

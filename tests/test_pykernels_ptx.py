@@ -46,6 +46,7 @@ CASES = {
                       [False, False]),
     "grid_marks": (K.grid_marks, (np.zeros((4, 4), np.int64), 1, 2), []),
     "odd_only": (K.odd_only, (np.zeros(4, np.int32),), []),
+    "row_sums": (K.row_sums, (np.zeros((4, 4)), np.zeros(4)), []),
     "histogram": (K.histogram, (np.zeros(4), np.zeros(4, np.int64), 0.0, 1.0), []),
     "largest": (K.largest, (np.zeros(4, np.float32), np.zeros(1, np.float32)),
                 [False, True]),

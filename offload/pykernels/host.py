@@ -111,7 +111,16 @@ def reduction_types(body: Any, src: Source) -> dict[str, str]:
     out: dict[str, str] = {}
     for loop in src.loops.values():
         for name in loop.reductions:
-            t = typemap.get(name)
-            if t is not None:
-                out[name] = str(t)
+            found = [str(t) for k, t in typemap.items()
+                     if k == name or (k.startswith(name + ".") and k[len(name) + 1:].isdigit())]
+            if not found or found[0] not in _REDUCIBLE:
+                raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                                   f"kernel '{src.name}': the reduced scalar '{name}' is "
+                                   f"{found[0] if found else 'of no type numba found'}; a "
+                                   f"reduction needs an integer or float scalar")
+            out[name] = found[0]
     return out
+
+
+_REDUCIBLE = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                        "uint64", "float32", "float64"})

@@ -135,6 +135,10 @@ def _check(src: Source) -> None:
                     raise kernel_error(src.where(node), f"kernel '{src.name}' uses {what}, "
                                        f"which offload kernels do not support",
                                        "compute it outside the kernel")
+            if isinstance(node, ast.Name) and node.id.startswith("__"):
+                raise kernel_error(src.where(node), f"the name '{node.id}' starts with two "
+                                   f"underscores, which offload keeps for the code it "
+                                   f"writes into kernels", "rename it")
             if isinstance(node, ast.Return) and node.value is not None:
                 raise kernel_error(src.where(node), f"kernel '{src.name}' returns a value",
                                    "write results into an array argument")
@@ -174,8 +178,17 @@ def _loop(src: Source, st: ast.stmt) -> Loop | None:
 
 def _reductions(st: ast.For) -> dict[str, str]:
     """Scalars the loop body reduces: `s += x` / `s -= x` ('+'), `s = max(s, x)`,
-    `s = min(s, x)`."""
+    `s = min(s, x)`, where the body sets `s` no other way (else it is the body's own)."""
     out: dict[str, str] = {}
+    own = set()
+    for node in ast.walk(st):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.For | ast.NamedExpr):
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                    value.func.id in ("max", "min"):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            own |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     for node in ast.walk(st):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and \
                 isinstance(node.op, (ast.Add, ast.Sub)):
@@ -187,7 +200,7 @@ def _reductions(st: ast.For) -> dict[str, str]:
                     isinstance(a, ast.Name) and a.id == node.targets[0].id
                     for a in node.value.args):
             out[node.targets[0].id] = node.value.func.id
-    return out
+    return {r: op for r, op in out.items() if r not in own}
 
 
 def _only_locals(src: Source, st: ast.stmt) -> bool:
