@@ -158,22 +158,11 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
     """Loop `i` spread over the launch's threads, each reducing into its own partial."""
     loop = src.loops[i]
     node = loop.node
-    b = [ast.unparse(x) for x in loop.bounds]
-    start, stop, step = ("0", b[0], "1") if len(b) == 1 else \
-        (b[0], b[1], "1") if len(b) == 2 else tuple(b)
-    text = [f"__start, __stop, __step = {start}, {stop}, {step}",
-            "__trip = (__stop - __start + __step - 1) // __step if __step > 0 else "
-            "((__start - __stop - __step - 1) // (-__step) if __step < 0 else 0)"]
+    text = _range_text("__", loop.bounds)
     inner = _collapsible(loop)
     if inner is not None:                 # with its inner range loop: one index space
-        ib = [ast.unparse(x) for x in inner.iter.args]          # type: ignore[attr-defined]
-        istart, istop, istep = ("0", ib[0], "1") if len(ib) == 1 else \
-            (ib[0], ib[1], "1") if len(ib) == 2 else tuple(ib)
-        text += [f"__istart, __istop, __istep = {istart}, {istop}, {istep}",
-                 "__itrip = (__istop - __istart + __istep - 1) // __istep if __istep > 0 "
-                 "else ((__istart - __istop - __istep - 1) // (-__istep) if __istep < 0 "
-                 "else 0)",
-                 "__T = __cuda.gridsize(1)",
+        text += _range_text("__i", inner.iter.args)             # type: ignore[attr-defined]
+        text += ["__T = __cuda.gridsize(1)",
                  "__ki = __cuda.grid(1) // __itrip if __itrip > 0 else __trip",
                  "__kj = __cuda.grid(1) - __ki * __itrip",
                  "__dq = __T // __itrip if __itrip > 0 else 0",
@@ -213,6 +202,18 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
         out += _parse(f"__reduce_{op.replace('+', 'add')}_{dtypes[r]}(__red_{r}, {r})",
                       node)
     return out
+
+
+def _range_text(prefix: str, bounds: list[ast.expr]) -> list[str]:
+    """Generated lines naming a range's start, stop and step `<prefix>start` ... and its
+    trip count `<prefix>trip` (0 for an empty range or a zero step)."""
+    b = [ast.unparse(x) for x in bounds]
+    start, stop, step = ("0", b[0], "1") if len(b) == 1 else \
+        (b[0], b[1], "1") if len(b) == 2 else tuple(b)
+    p = prefix
+    return [f"{p}start, {p}stop, {p}step = {start}, {stop}, {step}",
+            f"{p}trip = ({p}stop - {p}start + {p}step - 1) // {p}step if {p}step > 0 else "
+            f"(({p}start - {p}stop - {p}step - 1) // (-{p}step) if {p}step < 0 else 0)"]
 
 
 def _continues(loop: ast.For) -> bool:
