@@ -7,6 +7,9 @@ import pytest
 import offload
 from offload import plugin_manager
 
+# the AMDGPU tests' fixtures over the HSA simulator double, for every test module
+from tests.amdgpu_support import amd, code_objects, kernels, sim  # noqa: F401
+
 plugin_manager.BUILTIN.setdefault("recording", "tests.fakes.recording:RecordingPlugin")
 plugin_manager.BUILTIN.setdefault("pitched", "tests.fakes.recording:PitchedPlugin")
 plugin_manager.BUILTIN.setdefault("noimage", "tests.fakes.recording:NoImagePlugin")

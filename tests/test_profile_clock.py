@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import offload
-from tests.test_amdgpu import amd, blocks, code_objects, kernels, sim  # noqa: F401
+from tests.amdgpu_support import blocks
 
 
 def _lanes(path):

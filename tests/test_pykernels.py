@@ -10,7 +10,6 @@ import pytest
 import offload
 from offload import ErrorCode, OffloadError
 from tests import pykernels_defs as K
-from tests.test_amdgpu import sim as sim  # noqa: F401, F811 - the HSA double, a fixture
 
 pytest.importorskip("numba", reason="kernels written in Python need numba (offload[jit])")
 
@@ -211,7 +210,7 @@ def test_without_numba_the_error_says_what_to_install(runtime, monkeypatch):
     assert ei.value.code is ErrorCode.UNSUPPORTED
 
 
-def test_amdgpu_refuses_python_kernels_clearly(runtime, sim):  # noqa: F811
+def test_amdgpu_refuses_python_kernels_clearly(runtime, sim):
     """numba has no AMDGPU target: a Python kernel on an AMDGPU device (the HSA double)
     is refused, naming what to do instead."""
     runtime(OFFLOAD_PLUGINS="amdgpu", OFFLOAD_AMDGPU_HSA_LIBRARY=sim.path)
