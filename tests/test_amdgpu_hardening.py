@@ -18,7 +18,7 @@ def test_fuzzed_code_objects_give_offload_errors(code_objects):
     only OffloadError escapes parsing, target checks and metadata reading."""
     import time
 
-    from tests.test_hardening import _mutants, parse_everything
+    from tests.test_hardening_inputs import _mutants, parse_everything
     data = open(code_objects["gfx90a"], "rb").read()
     note = data.find(b"amdhsa.kernels")
     assert note > 0
@@ -38,7 +38,8 @@ def test_fuzzed_code_objects_give_offload_errors(code_objects):
 def test_sixteen_threads_mixed_stress_on_the_simulator(amd, sim, kernels):
     """The 16-thread mixed run (OFFLOAD_STRESS_SECONDS) over both simulated agents: no
     device allocation and no HSA lock left."""
-    from tests.test_hardening import STRESS_S, mixed_stress
+    from tests.hardening_support import STRESS_S
+    from tests.test_hardening_inputs import mixed_stress
     n = mixed_stress(STRESS_S, [0, 1], kernels.add_one, seed=3,
                      args=lambda a: (a, 0, a.size), extra=lambda a: blocks(a.size))
     assert n > 500
