@@ -30,6 +30,10 @@ __all__ = [*_api.__all__, *_omp.__all__, *_omp_async.__all__, "ErrorCode", "Imag
 globals().pop("device", None)
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PYKERNELS})
+
+
 def __getattr__(name: str) -> object:
     if name in _PYKERNELS:                   # on first use: kernels written in Python
         from . import pykernels
