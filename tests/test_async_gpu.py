@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import offload
-from tests.test_cuda_faults import NUM, WHY
+from tests.cuda_faults_support import NUM, WHY
 
 pytestmark = pytest.mark.skipif(NUM == 0, reason=f"no CUDA device: {WHY}")
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.test_cuda_faults import NUM, WHY
+from tests.cuda_faults_support import NUM, WHY
 
 PROGRAMS = os.path.abspath(os.environ["OFFLOAD_NVPTX_PROGRAMS"]) \
     if os.environ.get("OFFLOAD_NVPTX_PROGRAMS") else ""

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import offload
-from tests.test_cuda_faults import NUM, WHY
+from tests.cuda_faults_support import NUM, WHY
 
 cupy = pytest.importorskip("cupy") if NUM else None
 torch = None
