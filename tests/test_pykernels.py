@@ -11,7 +11,7 @@ import offload
 from offload import ErrorCode, OffloadError
 from tests import pykernels_defs as K
 
-pytest.importorskip("numba", reason="kernels written in Python need numba (offload[jit])")
+# numba and numba-cuda come with offload[test] (offload[jit]): no skip without them
 
 
 def test_saxpy_matches_numpy_through_map_clauses(runtime):

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(NUM == 0, reason=f"no CUDA device: {WHY}")
 @pytest.fixture
 def cu(runtime):
     runtime(OFFLOAD_PLUGINS="cuda")
-    warnings.simplefilter("error", offload.OffloadWarning)   # no silent host fallback
-    yield 0
-    warnings.resetwarnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", offload.OffloadWarning)   # no silent host fallback
+        yield 0
 
 
 def test_saxpy_and_stencil(cu):

@@ -13,7 +13,7 @@ import pytest
 from offload import OffloadError
 from tests import pykernels_defs as K
 
-pytest.importorskip("numba.cuda", reason="kernels written in Python need numba-cuda")
+# numba and numba-cuda come with offload[test] (offload[jit]): no skip without them
 
 
 def _ptxas() -> str:

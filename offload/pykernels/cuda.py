@@ -19,15 +19,13 @@ from ..cache_dir import cache_directory, default_root
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from . import rewrite
-from .signature import ParamType, prototype
+from .signature import NUMERIC, ParamType, launch_params, prototype
 from .source import Source
 
 _lock = threading.Lock()
 BLOCK = 256         # the threads of a launch of code between loops (thread 0 runs it)
 
 
-DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-          "float32", "float64")
 _COMBINE = {"add": "v + w", "max": "max(v, w)", "min": "min(v, w)"}
 # a block's threads (whole warps) combine their values: warp shuffles, then one value per
 # warp through shared memory; every thread gets the block's value
@@ -76,7 +74,7 @@ def device_names() -> dict[str, Any]:
     """The GPU versions of the markers and the helpers of the rewritten code."""
     from numba import cuda, types
     names: dict[str, Any] = {"__cuda": cuda}
-    for name in DTYPES:
+    for name in NUMERIC:
         t = getattr(np, name)
         lo, hi = (np.iinfo(t).min, np.iinfo(t).max) if np.dtype(t).kind in "iu" else \
             (-np.inf, np.inf)
@@ -95,11 +93,6 @@ def device_names() -> dict[str, Any]:
             names[f"__reduce_{op}_{name}"] = g["reduce"]
             names[f"__combine_{op}_{name}"] = g["combine"]
     return names
-
-
-def identity(op: str, dtype: str) -> Any:
-    """The start value of a reduction's scratch element."""
-    return device_names()[f"__ident_{op.replace('+', 'add')}_{dtype}"]
 
 
 @contextlib.contextmanager
@@ -128,17 +121,15 @@ def compile_cuda(src: Source, sig: tuple[ParamType, ...], reductions: dict[str, 
     import numba_cuda
     from numba import cuda, types
 
-    from .host import numba_types
-    scratch = [ParamType(reductions[r], 1) for r in rewrite.reduced(src)]
+    names, scratch = launch_params(src.params, rewrite.reduced(src), reductions)
     full = (*sig, *scratch)
-    names = [*src.params, *[f"__red_{r}" for r in rewrite.reduced(src)]]
     tree, phases = rewrite.cuda_function(src, f"{src.name}__inner", reductions)
     key = "\0".join([src.text, ",".join(map(str, full)), numba.__version__,
                      numba_cuda.__version__, f"sm_{cc[0]}{cc[1]}", _generator()])
     digest = hashlib.sha256(key.encode()).hexdigest()
     ptx = _cached(digest)
     if ptx is None:
-        ptx = _compile(src, tree, full, names, cc, numba, cuda, types, numba_types)
+        ptx = _compile(src, tree, full, names, cc, cuda, types)
         ptx = ptx + _entries(src.name, ptx, len(phases) if len(phases) > 1 or
                              phases[0].single else 0)
         _store(digest, ptx)
@@ -165,31 +156,19 @@ def _generator() -> str:
 
 
 def _compile(src: Source, tree: Any, full: Sequence[ParamType], names: Sequence[str],
-             cc: tuple[int, int], numba: Any, cuda: Any, types: Any, numba_types: Any) -> str:
+             cc: tuple[int, int], cuda: Any, types: Any) -> str:
     from numba.cuda.np.numpy_support import carray
+
+    from .host import c_callable
     g = dict(src.globals)
     g.update(device_names())
     with _lock, _target_cc(cc):
         try:
             exec(compile(tree, src.filename, "exec"), g)      # noqa: S102 - the kernel
             inner = cuda.jit(device=True)(g[f"{src.name}__inner"])
-            params, call, ctypes_ = ["__phase"], ["__phase"], [types.int64]
-            for t, p in zip(full, names, strict=True):
-                nt = numba_types(t)
-                if t.ndim:
-                    dims = [f"{p}_extent{d}" for d in range(t.ndim)]
-                    params += [f"{p}_ptr", *dims]
-                    call.append(f"__carray({p}_ptr, ({', '.join(dims)},))")
-                    ctypes_ += [types.CPointer(nt.dtype), *[types.int64] * t.ndim]
-                else:
-                    params.append(p)
-                    call.append(p)
-                    ctypes_.append(nt)
-            text = (f"def {src.name}__c({', '.join(params)}):\n"
-                    f"    __inner({', '.join(call)})\n")
-            wg: dict[str, Any] = {"__inner": inner, "__carray": carray}
-            exec(compile(text, f"<offload wrapper of {src.name}>", "exec"), wg)  # noqa: S102
-            ptx, _ = cuda.compile(wg[f"{src.name}__c"], types.void(*ctypes_), device=True,
+            wrapper, ctypes_ = c_callable(f"{src.name}__c", inner, carray, full, names,
+                                          used=len(full), lead=("__phase",))
+            ptx, _ = cuda.compile(wrapper, types.void(*ctypes_), device=True,
                                   abi="c", output="ptx", cc=cc,
                                   abi_info={"abi_name": f"{src.name}__c"})
         except OffloadError:
@@ -263,6 +242,11 @@ def _cached(digest: str) -> str | None:
 def _store(digest: str, ptx: str) -> None:
     path = _cache_path(digest)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(ptx)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(ptx)
+        os.replace(tmp, path)               # whole, or not there: another process may read
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

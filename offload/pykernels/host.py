@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ErrorCode, OffloadError, OffloadWarning
 from ..image import Binary
 from . import rewrite
-from .signature import ParamType, prototype
+from .signature import NUMERIC, ParamType, launch_params, prototype
 from .source import Source
 
 
@@ -41,39 +42,45 @@ def compile_host(src: Source, sig: tuple[ParamType, ...]) -> tuple[Binary, Any]:
                            f"{exc}") from None
     # the C-callable wrapper: arrays rebuilt from address and extents; the GPU's scratch
     # arrays of reduced scalars taken too (one prototype for every target), not used
-    reds = reduction_types(body, src)
-    scratch = [ParamType(reds[r], 1) for r in rewrite.reduced(src)]
-    names = [*src.params, *[f"__red_{r}" for r in rewrite.reduced(src)]]
-    params, call = [], []
-    for j, (t, p) in enumerate(zip((*sig, *scratch), names, strict=True)):
-        if t.ndim:
-            dims = [f"{p}_extent{d}" for d in range(t.ndim)]
-            params += [f"{p}_ptr", *dims]
-            if j < len(sig):
-                call.append(f"__carray({p}_ptr, ({', '.join(dims)},))")
-        else:
-            params.append(p)
-            call.append(p)
+    names, scratch = launch_params(src.params, rewrite.reduced(src),
+                                   reduction_types(body, src))
+    wrapper, ctypes_ = c_callable(src.name, body, numba.carray, (*sig, *scratch), names,
+                                  used=len(sig), bool_as_int=True)
     sig = (*sig, *scratch)
-    text = (f"def {src.name}({', '.join(params)}):\n"
-            f"    __body({', '.join(call)})\n")
-    wg: dict[str, Any] = {"__body": body, "__carray": numba.carray}
-    exec(compile(text, f"<offload wrapper of {src.name}>", "exec"), wg)  # noqa: S102
-    ctypes_: list[Any] = []
-    for t in sig:
-        nt = numba_types(t)
-        if t.ndim:
-            ctypes_.append(types.CPointer(nt.dtype))
-            ctypes_ += [types.int64] * t.ndim
-        else:
-            ctypes_.append(types.int64 if t.dtype == "bool" else nt)
-    cf = numba.cfunc(types.void(*ctypes_))(wg[src.name])
+    cf = numba.cfunc(types.void(*ctypes_))(wrapper)
     key = "\0".join([src.text, ",".join(map(str, sig)), numba.__version__, "host"])
     decl = prototype(src.name, sig, names)
     binary = Binary(key.encode(), "function", None, {src.name: decl},
                     hashlib.sha256(key.encode() + str(cf.address).encode()).hexdigest(),
                     functions={src.name: int(cf.address or 0)}, owner=cf)
     return binary, body
+
+
+def c_callable(name: str, callee: Any, carray: Any, full: Sequence[ParamType],
+               names: Sequence[str], used: int, lead: Sequence[str] = (),
+               bool_as_int: bool = False) -> tuple[Any, list[Any]]:
+    """A Python function `name(*lead, <each array as pointer and extents>, <scalars>)`
+    that calls `callee(*lead, <the first `used` parameters, arrays rebuilt with
+    `carray`>)`, and its numba C types after `lead`'s (int64 each)."""
+    from numba import types
+    params, call = list(lead), list(lead)
+    ctypes_: list[Any] = [types.int64] * len(lead)
+    for j, (t, p) in enumerate(zip(full, names, strict=True)):
+        nt = numba_types(t)
+        if t.ndim:
+            dims = [f"{p}_extent{d}" for d in range(t.ndim)]
+            params += [f"{p}_ptr", *dims]
+            if j < used:
+                call.append(f"__carray({p}_ptr, ({', '.join(dims)},))")
+            ctypes_ += [types.CPointer(nt.dtype), *[types.int64] * t.ndim]
+        else:
+            params.append(p)
+            call.append(p)
+            ctypes_.append(types.int64 if bool_as_int and t.dtype == "bool" else nt)
+    text = f"def {name}({', '.join(params)}):\n    __callee({', '.join(call)})\n"
+    g: dict[str, Any] = {"__callee": callee, "__carray": carray}
+    exec(compile(text, f"<offload wrapper of {name}>", "exec"), g)    # noqa: S102
+    return g[name], ctypes_
 
 
 @functools.cache
@@ -113,7 +120,7 @@ def reduction_types(body: Any, src: Source) -> dict[str, str]:
         for name in loop.reductions:
             found = [str(t) for k, t in typemap.items()
                      if k == name or (k.startswith(name + ".") and k[len(name) + 1:].isdigit())]
-            if not found or found[0] not in _REDUCIBLE:
+            if not found or found[0] not in NUMERIC:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"kernel '{src.name}': the reduced scalar '{name}' is "
                                    f"{found[0] if found else 'of no type numba found'}; a "
@@ -121,6 +128,3 @@ def reduction_types(body: Any, src: Source) -> dict[str, str]:
             out[name] = found[0]
     return out
 
-
-_REDUCIBLE = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                        "uint64", "float32", "float64"})

@@ -11,6 +11,9 @@ from typing import Any
 from .._lazy import numpy as np
 from ..errors import ErrorCode, OffloadError
 
+#: the dtypes a kernel computes with (and may reduce), bool aside
+NUMERIC = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+           "float32", "float64")
 _C_NAMES = {"int8": "signed char", "uint8": "unsigned char", "int16": "short",
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int",
             "int64": "long", "uint64": "unsigned long", "float32": "float",
@@ -142,6 +145,14 @@ def expand(args: Sequence[Any]) -> list[Any]:
         else:
             out.append(a)
     return out
+
+
+def launch_params(src_params: Sequence[str], reduced: Sequence[str],
+                  dtypes: dict[str, str]) -> tuple[list[str], list[ParamType]]:
+    """The launched function's parameter names (the kernel's, then one scratch array per
+    reduced scalar) and the scratch arrays' types (`dtypes`: scalar -> dtype)."""
+    return ([*src_params, *[f"__red_{r}" for r in reduced]],
+            [ParamType(dtypes[r], 1) for r in reduced])
 
 
 def prototype(name: str, types: Sequence[ParamType], params: Sequence[str]) -> str:
