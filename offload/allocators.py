@@ -13,7 +13,7 @@ from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interop import DeviceArray, dl_device_of
 from .plugins.memory_pool import AllocKind
-from .runtime import Runtime, keep_interrupt, operation
+from .runtime import Runtime, defers_interrupts, keep_interrupt, operation, release_operation
 from .runtime import current as _current
 
 __all__ = ["empty"]
@@ -131,24 +131,28 @@ def _default(rt: Runtime, dev: Device, dims: tuple[int, ...], dt: np.dtype,
     return out
 
 
+@defers_interrupts             # a finalizer: a Ctrl-C here waits for the next operation
 def _unpin(rt: Runtime, dev: Device, addr: int) -> None:
-    if rt.is_shut or rt.closing:
-        return
     try:
-        operation(dev.unlock)(addr)
-    except OffloadError:
-        pass                 # shut down meanwhile: the pin went with the runtime
+        _give_back(rt, dev.unlock, addr)
     except KeyboardInterrupt:
         keep_interrupt()
 
 
+@defers_interrupts
 def _free(rt: Runtime, dev: Device, addr: int, kind: AllocKind) -> None:
     """The matching free, unless the runtime (and the memory with it) is gone."""
+    try:
+        _give_back(rt, dev.free, addr, kind)
+    except KeyboardInterrupt:
+        keep_interrupt()
+
+
+@release_operation
+def _give_back(rt: Runtime, release: Any, *args: Any) -> None:
     if rt.is_shut or rt.closing:
         return
     try:
-        operation(dev.free)(addr, kind)
+        release(*args)
     except OffloadError:
-        pass                 # shut down meanwhile: the allocation went with the runtime
-    except KeyboardInterrupt:
-        keep_interrupt()
+        pass                 # shut down meanwhile: it went with the runtime

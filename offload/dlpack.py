@@ -14,6 +14,7 @@ from typing import Any
 from ._lazy import numpy as np
 from .errors import ErrorCode, OffloadError
 from .ffi_cache import ffi_for
+from .interrupts import defers_interrupts
 
 __all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
            "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
@@ -127,8 +128,11 @@ class Layout:
         t.byte_offset = 0
 
 
+@defers_interrupts
 def capsule(layout: Layout, read_only: bool, owner: Any, versioned: bool) -> Any:
-    """A DLPack capsule of `layout`'s tensor (the memory kept alive through `owner`)."""
+    """A DLPack capsule of `layout`'s tensor (the memory kept alive through `owner`).
+    (A Ctrl-C here waits for the next operation: the destructor of a capsule dropped as
+    the KeyboardInterrupt leaves, a ctypes callback, would lose it.)"""
     if versioned:
         managed = _ffi.new(_T_VERSIONED)
         managed.version.major = 1

@@ -21,7 +21,13 @@ from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
-from .runtime import omp_initial_device, operation, resource_operation
+from .runtime import (
+    defers_interrupts,
+    omp_initial_device,
+    operation,
+    release_operation,
+    resource_operation,
+)
 
 _ffi = _cffi_backend.FFI()           # (built-in types only: no C parser needed)
 
@@ -255,6 +261,7 @@ class Queue:
         else:
             self._owner.host_function(self.queue, call)
 
+    @release_operation
     def close(self) -> None:
         """Wait for the queue, then give it back (once)."""
         if self._owner is not None and self._open:
@@ -264,9 +271,11 @@ class Queue:
                 self._open = False
                 self._owner.release_queue(self.queue)
 
+    @defers_interrupts           # the caller holds the queue already: the block owns it
     def __enter__(self) -> Queue:
         return self
 
+    @release_operation
     def __exit__(self, *exc: Any) -> None:
         self.close()
 

@@ -16,7 +16,13 @@ from .omp_common import INT_MAX, OFFLOAD_FAIL, OFFLOAD_SUCCESS, _device, _fail, 
 from .omp_copies import omp_target_memcpy, omp_target_memcpy_rect
 from .plugins.common import AllocKind
 from .runtime import current as _current
-from .runtime import omp_initial_device, omp_invalid_device, operation, resource_operation
+from .runtime import (
+    omp_initial_device,
+    omp_invalid_device,
+    operation,
+    release_operation,
+    resource_operation,
+)
 from .runtime import torn_down as _torn_down
 
 __all__ = [
@@ -126,12 +132,11 @@ _free_op = operation(_free)
 
 
 def _deallocator(name: str, kind: AllocKind, what: str) -> Callable[[Any, int], None]:
-    guarded = _free_op
-
     def fn(ptr: Any, device_num: int) -> None:
         if not _torn_down():                       # after teardown: a quiet no-op
-            guarded(ptr, device_num, kind, name)
+            _free(ptr, device_num, kind, name)
     fn.__name__ = fn.__qualname__ = name
+    fn = release_operation(fn)
     fn.__doc__ = (f"Free {what} from the matching allocation call; NULL is ignored, an "
                   f"unknown pointer prints an error.")
     return fn
@@ -276,6 +281,7 @@ def llvm_omp_target_lock_mem(ptr: Any, size: int, device_num: int) -> int:
         return _fail(exc, 0)
 
 
+@release_operation
 def llvm_omp_target_unlock_mem(ptr: Any, device_num: int) -> None:
     """Drop one lock of the buffer containing ptr; a no-op after teardown."""
     if not _torn_down():

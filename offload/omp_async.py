@@ -187,6 +187,7 @@ def memset_async(ptr: Any, value: int, nbytes: int, *, device: int | None = None
     return _spawn(plan, (ptr,), deps)
 
 
+@operation
 def host_task(fn: Callable[..., Any], *args: Any, depend: Sequence[Handle] = ()) -> Handle:
     """Run fn(*args) on offload's workers after the `depend` Handles: host work in a
     dependence chain. `wait()` returns its result."""

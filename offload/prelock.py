@@ -12,7 +12,7 @@ from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
 from .runtime import current as _current
-from .runtime import operation, resource_operation
+from .runtime import defers_interrupts, release_operation, resource_operation
 
 
 # ---- pinning ----------------------------------------------------------------------
@@ -38,6 +38,7 @@ class Pinned:
         """Whether this handle still holds its reference."""
         return self._locked
 
+    @release_operation
     def unlock(self) -> None:
         """Give the reference back; raises INVALID_ARGUMENT when already given back. In a
         forked child (which starts with an empty runtime) a quiet no-op."""
@@ -54,7 +55,7 @@ class Pinned:
         if rt.is_shut or rt.closing:       # torn down (or going): the pin goes with it
             return
         try:
-            operation(self._dev.unlock)(self.host)
+            self._dev.unlock(self.host)
         except OffloadError as exc:
             if exc.code is not ErrorCode.UNINITIALIZED:
                 raise                      # shutting down meanwhile: the pin goes with it
@@ -79,9 +80,11 @@ class Pinned:
                             not arr.flags.writeable, self,
                             max_version is not None and max_version[0] >= 1)
 
+    @defers_interrupts           # the caller holds the pin already: the block owns it
     def __enter__(self) -> Pinned:
         return self
 
+    @release_operation
     def __exit__(self, *exc: Any) -> None:
         if self._locked:
             self.unlock()
@@ -124,11 +127,29 @@ def lock(a: Any, device: int | None = None) -> Pinned:
     return Pinned(arr, dev, p, n, addr)
 
 
-def locked(a: Any, device: int | None = None) -> Pinned:
-    """`with locked(a):` pins for the block and unpins on exit; arguments as `lock`.
+class locked:  # noqa: N801 - a function's name, as contextlib's
+    """`with locked(a) as pin:` pins for the block and unpins on exit; arguments as
+    `lock`. The memory is pinned as the block is entered (a Ctrl-C as `locked(a)`
+    returns leaves nothing pinned); `pin` is the Pinned.
 
     Example:
         >>> with offload.locked(a, device=0):
         ...     offload.target(k.add_one, a, 0, a.size, map=[offload.tofrom(a)])
     """
-    return lock(a, device)
+
+    def __init__(self, a: Any, device: int | None = None):
+        self._args = (a, device)
+        self._pins: list[Pinned] = []            # innermost last: entered again, nests
+
+    @resource_operation(lambda pin, self: self.__exit__(KeyboardInterrupt, None, None))
+    def __enter__(self) -> Pinned:
+        pin = lock(*self._args)
+        self._pins.append(pin)
+        return pin
+
+    @release_operation
+    def __exit__(self, *exc: Any) -> None:
+        if self._pins:
+            pin = self._pins.pop()
+            if pin.locked:
+                pin.unlock()

@@ -6,7 +6,6 @@ import atexit
 import collections
 import functools
 import os
-import signal
 import sys
 import threading
 import time
@@ -19,6 +18,16 @@ from ._lazy import numpy as np
 from .config import Config, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
+from .interrupts import (  # noqa: F401 - tests and the accelerator reach them here
+    _deferring_sigint,
+    _deliver_sigint,
+    _install_sigint_deferral,
+    _Sigint,
+    defers_interrupts,
+    interrupt_waits,
+    keep_interrupt,
+)
+from .interrupts import inside as _tls
 from .nowait import (
     NowaitPool,
 )
@@ -175,54 +184,6 @@ class _Process:
 
 
 _process = _Process()
-_tls = threading.local()          # .rt: the runtime of the operation this thread is in
-_MAIN = threading.main_thread().ident
-
-
-class _Sigint:
-    """Ctrl-C that arrived while the main thread was inside an operation."""
-
-    pending = False
-    installed = False
-
-
-def _deferring_sigint(signum: int, frame: Any) -> None:
-    """SIGINT handler: inside an operation, remember the interrupt (the operation finishes
-    and its tables stay consistent, then KeyboardInterrupt is raised); else raise now."""
-    if getattr(_tls, "rt", None) is not None:
-        _Sigint.pending = True
-        return
-    raise KeyboardInterrupt
-
-
-def _install_sigint_deferral() -> None:
-    """Replace Python's default SIGINT handler (only that one, and only from the main
-    thread) by one that never interrupts an operation half-way. Never in a C program on
-    the drop-in library: an interpreter the library started leaves the process's signal
-    dispositions (the program's handler, or SIG_IGN) as the program set them."""
-    if _Sigint.installed or threading.get_ident() != _MAIN or \
-            getattr(sys, "_offload_capi_owns_python", False):
-        return
-    try:
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _deferring_sigint)
-        _Sigint.installed = True
-    except (ValueError, OSError):   # not the main interpreter, or no signals here
-        pass
-
-
-def _deliver_sigint() -> None:
-    if _Sigint.pending and threading.get_ident() == _MAIN:
-        _Sigint.pending = False
-        raise KeyboardInterrupt
-
-
-def keep_interrupt() -> None:
-    """A Ctrl-C delivered where it cannot propagate (a finalizer, whose exceptions Python
-    ignores) stays pending for the next operation instead of being lost."""
-    _Sigint.pending = True
-
-
 Interrupts.hook = _deliver_sigint           # long driver waits poll this
 
 SHUTDOWN_WAIT_S = 10.0            # how long shutdown waits for operations in flight
@@ -273,12 +234,30 @@ def operation(fn: F) -> F:
     """Count a public call as an operation in flight: shutdown waits for it, and refuses
     new ones (UNINITIALIZED) while it runs. In C (the accelerator's Operation, the same
     steps) where it builds and OFFLOAD_ACCEL is not 0."""
+    return _operation(fn, current)
+
+
+def release_operation(fn: F) -> F:
+    """`operation` for a call that gives something back (a free, an unlock, a context
+    manager's exit): it never starts a runtime; with none live, or one shutting down, it
+    runs as a plain call (its own checks make it the quiet no-op of after teardown). A
+    Ctrl-C that arrives as it starts waits for its end, so a KeyboardInterrupt out of it
+    means the thing was given back."""
+    return _operation(fn, _live)
+
+
+def _live() -> Runtime | None:
+    rt = _process.live
+    return None if rt is None or rt.closing else rt
+
+
+def _operation(fn: F, start: Callable[[], Runtime | None]) -> F:
     module = _accel.load() if _config.accel_enabled() else None
     if module is not None:
         return functools.update_wrapper(  # type: ignore[return-value]
-            module.Operation(fn, _tls, _process, current, _unavailable, _Sigint,
+            module.Operation(fn, _tls, _process, start, _unavailable, _Sigint,
                              _deliver_sigint), fn)
-    return _operation_py(fn)
+    return _operation_py(fn, start)
 
 
 def resource_operation(undo: Callable[..., Any]) -> Callable[[F], F]:
@@ -312,8 +291,9 @@ def resource_operation(undo: Callable[..., Any]) -> Callable[[F], F]:
     return wrap
 
 
-def _operation_py(fn: F) -> F:
-    """`operation` in Python."""
+def _operation_py(fn: F, start: Callable[[], Runtime | None]) -> F:
+    """`operation` in Python; `start()` gives the runtime when none is live (or None: a
+    plain call)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         tls = _tls
@@ -321,21 +301,29 @@ def _operation_py(fn: F) -> F:
             return fn(*args, **kwargs)                 # nested in an operation already
         rt = _process.live
         if rt is None or rt.closing:
-            rt = current()
+            rt = start()
+            if rt is None:
+                return fn(*args, **kwargs)             # none live: a plain call
         inflight = rt._inflight
-        inflight.append(1)                             # rt.begin(), inlined
-        if rt.closing:
-            inflight.pop()
-            raise _unavailable("is shutting down")
-        tls.rt = rt
+        tls.rt = rt                    # first: from here a Ctrl-C waits for the end
         try:
-            return fn(*args, **kwargs)
+            inflight.append(1)                         # rt.begin(), inlined
+            try:
+                if rt.closing:
+                    raise _unavailable("is shutting down")
+                return fn(*args, **kwargs)
+            finally:
+                inflight.pop()
         finally:
             tls.rt = None
-            inflight.pop()
             if _Sigint.pending:
                 _deliver_sigint()          # Ctrl-C during the operation: now it is done
     return wrapper  # type: ignore[return-value]
+
+
+# the pure-Python wrapper's own steps (before and after the count) keep a Ctrl-C too
+defers_interrupts(next(c for c in _operation_py.__code__.co_consts
+                       if getattr(c, "co_name", None) == "wrapper"))
 
 
 def torn_down() -> bool:

@@ -14,7 +14,7 @@ LAYERS = {
     "plugins.staging": 4, "plugins.exported": 4, "plugins.record_replay": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
     "plugins.nvrtc": 3, "_accel": 4, "plugins._cuda_fast": 4, "plugins._cuda_openmp": 5.2, "plugins.launch_geometry": 3, "plugins.waits": 1, "plugins.device_hooks": 4.5, "plugins.transfers": 4.7, "plugins.generic_device": 4.8, "plugins.common": 5, "plugins.host_queue": 5.5, "plugins._host_memory": 3, "plugins.host": 6, "plugins.cuda_kernels": 5.6, "plugins.cuda_device": 5.7, "plugins.cuda": 6,
     "plugins.amdgpu_device": 5.7, "plugins.amdgpu": 6, "plugins": 0, "mapping._base": 6.5, "mapping.motion": 6.6, "mapping.begin": 6.7, "mapping.end": 6.7, "mapping": 7, "device": 8, "plugin_manager": 9,
-    "nowait": 9.5, "runtime": 10, "prelock": 10.5, "inventory": 10.5, "api": 11, "omp_common": 10.6, "omp_copies": 10.7, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "statistics": 11, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
+    "nowait": 9.5, "interrupts": 0.5, "runtime": 10, "prelock": 10.5, "inventory": 10.5, "api": 11, "omp_common": 10.6, "omp_copies": 10.7, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "statistics": 11, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
     "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.data": 12.45, "capi.device_api": 12.45, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
     "capi.interop_objects": 12.4, "pykernels.markers": 0, "pykernels.source": 1,
     "pykernels.signature": 2, "pykernels.atomics": 0, "pykernels.rewrite": 2,

@@ -3,7 +3,10 @@
 /* Operation(fn, tls, process, current, unavailable, sigint, deliver): runtime.operation's
  * wrapper in C. Counts a public call as an operation in flight (the runtime's _inflight
  * list), refuses new ones while the runtime shuts down, delivers a Ctrl-C that arrived
- * meanwhile after the call; nested calls run straight. A method when set on a class. */
+ * meanwhile after the call; nested calls run straight. current() gives the runtime when
+ * none is live, or None (release_operation): then a plain call. A method when set on a
+ * class. No Python runs between its start and the mark of the thread as inside an
+ * operation, so a Ctrl-C never finds a counted operation unmarked. */
 typedef struct {
   PyObject_HEAD
   PyObject *fn, *tls, *process, *current, *unavailable, *sigint, *deliver, *dict;
@@ -37,6 +40,10 @@ static PyObject *Operation_call(Operation *o, PyObject *const *args, size_t narg
     Py_DECREF(rt);
     if (!(rt = PyObject_CallNoArgs(o->current)))
       return NULL;
+    if (rt == Py_None) {                      /* a release with none live: plain call */
+      Py_DECREF(rt);
+      return PyObject_Vectorcall(o->fn, args, nargsf, kwnames);
+    }
   }
   PyObject *inflight = PyObject_GetAttr(rt, s_inflight);       /* a deque */
   PyObject *added = inflight ? PyObject_CallMethodOneArg(inflight, s_append, Py_True) : NULL;

@@ -11,10 +11,11 @@ def state() -> dict[str, Any]:
     """The runtime's live state, as plain numbers.
 
     ``{"devices": {n: {"mappings", "allocations"}}, "pins": {plugin: {"entries",
-    "bytes", "locked_pages"}}, "pending": int}``: live mapping entries and device
-    allocations (pooled free blocks not counted) per initialised device, pinned-map
-    entries and bytes and the pages a plugin counts as locked by itself, per plugin,
-    and unfinished nowait work. Starts the runtime if none is live.
+    "bytes", "locked_pages"}}, "pending": int, "operations": int}``: live mapping
+    entries and device allocations (pooled free blocks not counted) per initialised
+    device, pinned-map entries and bytes and the pages a plugin counts as locked by
+    itself, per plugin, unfinished nowait work, and operations counted in flight (0
+    when nothing runs: shutdown waits for them). Starts the runtime if none is live.
     """
     rt = _current()
     devices = {}
@@ -27,7 +28,8 @@ def state() -> dict[str, Any]:
         pins[plugin.name] = {"entries": len(entries),
                              "bytes": sum(e.size for e in entries),
                              "locked_pages": plugin.locked_pages()}
-    return {"devices": devices, "pins": pins, "pending": rt.nowait.pending()}
+    return {"devices": devices, "pins": pins, "pending": rt.nowait.pending(),
+            "operations": rt.busy()}
 
 
 from .conformance import ConformanceError, run_conformance  # noqa: E402
