@@ -49,9 +49,10 @@ class Device:
             op.dst = addr = self.plugin.data_alloc(self.local_id, size, kind)
         return addr
 
-    def free(self, addr: int, kind: AllocKind = AllocKind.DEVICE) -> None:
+    def free(self, addr: int, kind: AllocKind = AllocKind.DEVICE, idle: bool = False) -> None:
+        """Free device memory; `idle`: no queued work uses it any more (no wait)."""
         with tracing.delete(self.number, addr):
-            self.plugin.data_delete(self.local_id, addr, kind)
+            self.plugin.data_delete(self.local_id, addr, kind, idle)
 
     def submit(self, tgt: int, host: int, size: int, queue: Any = None) -> None:
         with tracing.submit(self.number, tgt, host, size):

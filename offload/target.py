@@ -10,7 +10,7 @@ from typing import Any, Literal, overload
 
 from ._lazy import numpy as np
 from .arrays import span
-from .clauses import MapClause, MapItem, MapType, map_items
+from .clauses import MapClause, MapItem, MapType, alloc, map_items
 from .config import Info, TargetOffload
 from .device import Device
 from .dlpack import foreign_pointer, is_foreign
@@ -95,6 +95,7 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
     rt = _current()
     deps = check_depend(depend, "target: depend") if depend else ()
     dev = rt.construct_device(device)
+    scratch: Sequence[Any] = ()             # a Python kernel's reduction scratch arrays
     if not isinstance(kernel, Kernel):
         bind = getattr(type(kernel), "__offload_kernel__", None)   # a Python kernel
         if bind is None:
@@ -102,8 +103,9 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                                f"target: expected a kernel (image.name or an "
                                f"@offload.kernel function), got {type(kernel).__name__}")
         kernel, args, teams, threads, scratch = bind(kernel, args, dev, teams, threads)
-        if scratch:
-            map = [*map, *scratch]
+        if scratch and (nowait or stream is not None):     # mapped for the region
+            map = [*map, *(alloc(s, name="reduction scratch") for s in scratch)]
+            scratch = []
     for a in args:
         t = type(a)
         if t is not np.ndarray and t is not int and t is not float and is_foreign(a):
@@ -137,10 +139,33 @@ def target(kernel: Kernel, *args: Any, map: Sequence[Any] = (), device: int | No
                                depend=deps)
     if deps:
         wait_depend(deps)
+    if scratch:
+        _with_scratch(k, args, map, dev, teams, threads, shared_mem, scratch)
+        return None
     if queue is None and _quick(k, args, map, dev, teams, threads, shared_mem):
         return None
     _target(k, args, map, dev, teams, threads, shared_mem, queue)
     return None
+
+
+def _with_scratch(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
+                  teams: int | None, threads: int | None, shared_mem: int,
+                  scratch: Sequence[Any]) -> None:
+    """A synchronous region of a Python kernel that reduces: its scratch arrays are
+    device memory (from the device's pool), passed by address and given back when the
+    region ends, so that the region takes the quick paths when its arrays are mapped."""
+    held: dict[int, int] = {}
+    done = False
+    try:
+        for s in scratch:
+            held[id(s)] = dev.alloc(max(1, s.nbytes))
+        args = tuple(held.get(id(a), a) if type(a) is np.ndarray else a for a in args)
+        if not _quick(k, args, maps, dev, teams, threads, shared_mem):
+            _target(k, args, maps, dev, teams, threads, shared_mem, None)
+        done = True
+    finally:
+        for addr in held.values():  # idle once the launches ended; else wait before reuse
+            dev.free(addr, idle=done)
 
 
 def _region(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,

@@ -17,7 +17,8 @@ LAYERS = {
     "nowait": 9.5, "interrupts": 0.5, "runtime": 10, "prelock": 10.5, "inventory": 10.5, "api": 11, "omp_common": 10.6, "omp_copies": 10.7, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "statistics": 11, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
     "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.data": 12.45, "capi.device_api": 12.45, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
     "capi.interop_objects": 12.4, "pykernels.markers": 0, "pykernels.source": 1,
-    "pykernels.signature": 2, "pykernels.atomics": 0, "pykernels.rewrite": 2,
+    "pykernels.signature": 2, "pykernels.atomics": 0, "pykernels.indices": 1.5,
+    "pykernels.rewrite": 2,
     "pykernels.host": 3, "pykernels.cuda": 4, "pykernels": 12, "capi.ompt": 12.35,
     "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14, "capi.replay": 14,
 }

@@ -116,3 +116,26 @@ def row_sums(u, out):
         for j in range(u.shape[1]):
             t += u[i, j]
         out[i] = t
+
+
+# indices that may be negative keep Python's wraparound (tests/test_pykernels_indices.py)
+@offload.kernel
+def shift_back(a, b):
+    for i in prange(a.shape[0]):
+        b[i] = a[i - 1]                  # i = 0 reads a[-1]
+
+
+@offload.kernel
+def shift_two(a, b):
+    n, m = a.shape
+    for i in prange(1, n):
+        for j in range(2, m):
+            b[i, j] = a[i - 2, j - 2] + a[i - 1, j - 2]     # i = 1 reads row -1
+
+
+@offload.kernel
+def reassigned(a, b):
+    for i in prange(2, a.shape[0]):
+        k = i
+        i = k - 3                        # no longer the loop's value: may be -1
+        b[k] = a[i]

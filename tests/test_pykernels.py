@@ -9,6 +9,7 @@ import pytest
 
 import offload
 from offload import ErrorCode, OffloadError
+from offload.testing import state
 from tests import pykernels_defs as K
 
 # numba and numba-cuda come with offload[test] (offload[jit]): no skip without them
@@ -231,3 +232,29 @@ def test_the_python_kernel_examples_pass(example, tmp_path):
                                                        example), "300"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("PASS"), out.stdout + out.stderr
+
+
+def test_a_reduction_on_mapped_arrays_takes_the_quick_path(runtime, monkeypatch):
+    """A synchronous region's reduction scratch is device memory passed by address, so a
+    reducing kernel on mapped arrays maps nothing (no general region path); nowait maps
+    the scratch for its region instead."""
+    import importlib
+    target_mod = importlib.import_module("offload.target")     # the module, not target()
+    runtime()
+    a = np.arange(1000.0)
+    b = np.full(1000, 2.0)
+    out = np.zeros(1)
+    with offload.target_data(offload.to(a), offload.to(b), offload.tofrom(out), device=0):
+        offload.target(K.dot, a, b, out, device=0)             # compiled, warmed up
+        monkeypatch.setattr(target_mod, "_target", None)       # the general path: gone
+        offload.target(K.dot, a, b, out, device=0)
+        monkeypatch.undo()
+        offload.target_update(from_=[out], device=0)
+        assert out[0] == 2 * a.sum()
+        out[0] = 0
+        offload.target(K.dot, a, b, out, device=0, nowait=True).wait()
+        offload.target_update(from_=[out], device=0)
+        assert out[0] == 2 * a.sum()
+        inside = state()["devices"][0]
+        assert inside["mappings"] == 3, inside            # a, b, out: the scratch is gone
+    assert state()["devices"][0] == {"mappings": 0, "allocations": 0}

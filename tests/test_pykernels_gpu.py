@@ -110,3 +110,21 @@ def test_collapsed_loops_cover_every_element_once(cu, shape, jstart, jstep, team
     ref = np.zeros(shape, dtype=np.int64)
     K.grid_marks_ref(ref, jstart, jstep)
     np.testing.assert_array_equal(a, ref)
+
+
+def test_indices_that_may_be_negative_still_wrap(cu):
+    """Only subscripts known to be >= 0 lose numba's wraparound (test_pykernels_indices)."""
+    a = np.arange(1000.0)
+    b = np.zeros_like(a)
+    offload.target(K.shift_back, a, b, map=[offload.to(a), offload.from_(b)], device=cu)
+    np.testing.assert_array_equal(b, np.roll(a, 1))
+    a2 = np.random.default_rng(0).random((40, 70))
+    b2 = np.zeros_like(a2)
+    offload.target(K.shift_two, a2, b2, map=[offload.to(a2), offload.tofrom(b2)], device=cu)
+    ref = np.zeros_like(a2)
+    ref[1:, 2:] = np.roll(a2, 2, axis=0)[1:, :-2] + np.roll(a2, 1, axis=0)[1:, :-2]
+    np.testing.assert_array_equal(b2, ref)
+    c = np.arange(80.0)
+    d = np.zeros_like(c)
+    offload.target(K.reassigned, c, d, map=[offload.to(c), offload.tofrom(d)], device=cu)
+    np.testing.assert_array_equal(d[2:], c[np.arange(2, 80) - 3])

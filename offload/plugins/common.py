@@ -171,11 +171,12 @@ class GenericPlugin(Transfers, Generic[DeviceT]):
         """Device-accessible address of memory from _alloc_impl(HOST)."""
         return addr
 
-    def data_delete(self, d: int, addr: int, kind: AllocKind = AllocKind.DEVICE) -> None:
+    def data_delete(self, d: int, addr: int, kind: AllocKind = AllocKind.DEVICE,
+                    idle: bool = False) -> None:
         dev = self.device(d)
         if kind is AllocKind.HOST and dev.allocation(addr) is not None:
             self.pinned.remove_allocated(addr)
-        dev.free(addr, kind)
+        dev.free(addr, kind, idle)
 
     def data_lock(self, d: int, host: int, size: int, owner: Any = None,
                   read_only: bool = False) -> int:

@@ -249,8 +249,11 @@ class GenericDevice(DeviceHooks):
             self._alloc_starts = None
         return addr
 
-    def free(self, addr: int, kind: AllocKind | None = None) -> int:
+    def free(self, addr: int, kind: AllocKind | None = None, idle: bool = False) -> int:
+        """Free `addr` (into the pool where it fits); `idle`: the caller waited for all
+        work that used it, so the pool takes it without waiting for the queues."""
         pool = self.pool
+        wait = self._wait_before_reuse and not idle
         with self._lock:
             rec = self._allocs.get(addr)
             if rec is None or (kind is not None and rec[1] is not kind):
@@ -266,9 +269,9 @@ class GenericDevice(DeviceHooks):
             if self.arena is not None and self.arena.holds(addr):
                 return size                             # the block is kept whole
             poolable = kind is AllocKind.DEVICE and size <= pool.limit
-            if poolable and not self._wait_before_reuse and pool.give(addr, size):
+            if poolable and not wait and pool.give(addr, size):
                 return size                             # kept for the next alloc
-        if poolable and self._wait_before_reuse:
+        if poolable and wait:
             self._before_reuse_impl()                   # queued work may still write it
             with self._lock:
                 if pool.give(addr, size):
@@ -337,11 +340,12 @@ class GenericDevice(DeviceHooks):
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"shared_mem={shared_mem}: expected a byte count >= 0")
         if k.phases:
-            for sub, fixed in k.phases:             # in order, on one queue
-                if fixed is None:
-                    self.launch(sub, args, teams, threads, queue, shared_mem)
-                else:
-                    self.launch(sub, args, fixed[0], fixed[1], queue, 0)
+            with self.queue(queue) as q:            # in order on one queue, waited once
+                for sub, fixed in k.phases:
+                    if fixed is None:
+                        self.launch(sub, args, teams, threads, q, shared_mem)
+                    else:
+                        self.launch(sub, args, fixed[0], fixed[1], q, 0)
             return
         p = profile.active
         if p is not None:

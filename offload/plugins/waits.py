@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SPIN_SECONDS = 100e-6      # spin on a query this long before sleeping between polls
-_SLEEP_MAX = 100e-6        # then sleep at most this long between polls
+SPIN_SECONDS = 100e-6      # the vendor's C helpers spin this long (without the GIL)
+_SPIN_MAX = 2e-3           # poll() spins on until this long, then sleeps between polls
+_SLEEP_MAX = 100e-6        # of at most this long
 
 
 class Interrupts:
@@ -25,17 +26,25 @@ class Interrupts:
 
 
 def poll(query: Callable[[Any], int], handle: Any, not_ready: int) -> int:
-    """Poll query(handle) (a driver's stream or event query) until it is not `not_ready`: a spin of
-    100 µs (the driver releases the GIL per query), then sleeps of 50 µs, then 100 µs, so
-    a pending Ctrl-C is delivered even while a kernel hangs, and a long copy is noticed
-    within 0.1 ms of its end (sleeps growing to 1 ms cost a 1 GiB copy 3%). Returns the
-    last result."""
+    """Poll query(handle) (a driver's stream or event query) until it is not `not_ready`:
+    a spin of 2 ms (the driver releases the GIL per query; a pending Ctrl-C delivered every
+    100 µs), so a wait shorter than that ends within a query of the work's end, then
+    sleeps of 50 µs, then 100 µs (each at least the thread's timer slack, 50 µs on Linux,
+    longer: a sleep right after 100 µs cost a 130 µs kernel 100 µs), so a kernel that hangs
+    still gets Ctrl-C and a long copy is noticed within about 0.15 ms of its end. Returns
+    the last result."""
     rc = query(handle)
     if rc != not_ready:
         return rc                       # done already: no clock read
-    spin_until = time.perf_counter() + SPIN_SECONDS
-    while (rc := query(handle)) == not_ready and time.perf_counter() < spin_until:
-        pass                            # short copies finish within the spin: no sleep
+    now = time.perf_counter()
+    until, check = now + _SPIN_MAX, now + SPIN_SECONDS
+    while (rc := query(handle)) == not_ready:
+        now = time.perf_counter()
+        if now >= check:
+            if now >= until:
+                break
+            Interrupts.deliver()
+            check = now + SPIN_SECONDS
     delay = 50e-6
     while rc == not_ready:
         Interrupts.deliver()

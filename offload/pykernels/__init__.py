@@ -76,7 +76,8 @@ class PyKernel:
                            threads: int | None
                            ) -> tuple[Kernel, list[Any], Any, Any, list[Any]]:
         """The compiled kernel for `args` on `dev` (None: the initial device), the
-        launch's arguments, its geometry and the map clauses of its scratch arrays."""
+        launch's arguments, its geometry and its scratch arrays (in the arguments;
+        `target` gives them device memory or maps them)."""
         kinds = _kinds(args)
         types = self._seen.get(kinds) if kinds is not None else None
         if types is None:
@@ -101,7 +102,7 @@ class PyKernel:
             scratch = self._scratch(types, (teams or 1) if target.cc is not None else 1)
             for s in scratch:
                 launch += [s, s.size]
-        return kernel, launch, teams, threads, [_alloc(s) for s in scratch]
+        return kernel, launch, teams, threads, scratch
 
     def _kernel(self, types: tuple[ParamType, ...], cc: tuple[int, int] | None) -> Kernel:
         key = (types, cc)
@@ -201,11 +202,6 @@ class _Target:
 
 _HOST = _Target(None, 0)
 _targets: dict[Any, _Target] = {}       # a device (id, plugin, number) -> its target
-
-
-def _alloc(a: Any) -> Any:
-    from ..clauses import alloc
-    return alloc(a, name="reduction scratch")
 
 
 def _cc(arch: str) -> tuple[int, int]:

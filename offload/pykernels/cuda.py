@@ -19,6 +19,7 @@ from ..cache_dir import cache_directory, default_root
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from . import rewrite
+from .indices import CAST
 from .signature import NUMERIC, ParamType, launch_params, prototype
 from .source import Source
 
@@ -73,7 +74,7 @@ def combine(red):
 def device_names() -> dict[str, Any]:
     """The GPU versions of the markers and the helpers of the rewritten code."""
     from numba import cuda, types
-    names: dict[str, Any] = {"__cuda": cuda}
+    names: dict[str, Any] = {"__cuda": cuda, CAST: types.uint64}
     for name in NUMERIC:
         t = getattr(np, name)
         lo, hi = (np.iinfo(t).min, np.iinfo(t).max) if np.dtype(t).kind in "iu" else \
@@ -149,7 +150,7 @@ def _generator() -> str:
     """offload's own part of what a kernel compiles to: the code that rewrites it."""
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
-    for name in ("source.py", "rewrite.py", "cuda.py"):
+    for name in ("source.py", "rewrite.py", "indices.py", "cuda.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())
     return h.hexdigest()

@@ -9,15 +9,17 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from .indices import CAST, Indices, least
 from .source import Source, kernel_error, marker_of, names_read, names_stored
 
 
-class _Markers(ast.NodeTransformer):
+class _Markers(Indices):
     """Calls of offload's markers as calls of the target's versions: `__offload_<m>` on
-    the host, numba-cuda's `__cuda.atomic.<op>` on a GPU."""
+    the host, numba-cuda's `__cuda.atomic.<op>` on a GPU; subscripts known to be >= 0 cast
+    (`known`: the variables of loops whose bodies are visited without their `for`)."""
 
-    def __init__(self, src: Source, gpu: bool = False):
-        self.src = src
+    def __init__(self, src: Source, gpu: bool = False, known: dict[str, int] | None = None):
+        super().__init__(src, known)
         self.gpu = gpu
 
     def visit_Call(self, node: ast.Call) -> Any:
@@ -74,7 +76,7 @@ def host_names() -> dict[str, Any]:
     import numba
 
     from .atomics import host_atomics
-    names = {"__offload_prange": numba.prange}
+    names = {"__offload_prange": numba.prange, CAST: numba.types.uint64}
     names.update({f"__offload_{k}": v for k, v in host_atomics().items()})
     return names
 
@@ -170,11 +172,15 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
     for r, op in loop.reductions.items():
         text.append(f"{r} = __ident_{op.replace('+', 'add')}_{dtypes[r]}")
     out = _parse("\n".join(text), node)
+    known = {} if (lo := least(src, node)) is None else {loop.index: lo}
+    if inner is not None and (lo := least(src, inner)) is not None:
+        assert isinstance(inner.target, ast.Name)
+        known[inner.target.id] = lo
     if inner is not None:
         # each thread steps through the (i, j) space by the grid's size, carrying the
         # remainder: one division per thread, none per element
         assert isinstance(inner.target, ast.Name)
-        body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in inner.body]
+        body = [_Markers(src, True, known).visit(copy.deepcopy(st)) for st in inner.body]
         head = _parse(f"{loop.index} = __start + __ki * __step\n"
                       f"{inner.target.id} = __istart + __kj * __istep", node)
         advance = _parse("__kj += __dr\n__ki += __dq\nif __kj >= __itrip:\n"
@@ -183,14 +189,14 @@ def _grid_loop(src: Source, i: int, dtypes: dict[str, str]) -> list[ast.stmt]:
         assert isinstance(grid, ast.While)
         grid.body = head + body + advance
     elif not _continues(node):            # a plain counter: fewer steps than range's
-        body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in node.body]
+        body = [_Markers(src, True, known).visit(copy.deepcopy(st)) for st in node.body]
         out += _parse("__k = __cuda.grid(1)\n__T = __cuda.gridsize(1)", node)
         head = _parse(f"{loop.index} = __start + __k * __step", node)
         grid = _parse("while __k < __trip:\n    pass", node)[0]
         assert isinstance(grid, ast.While)
         grid.body = head + body + _parse("__k += __T", node)
     else:
-        body = [_Markers(src, gpu=True).visit(copy.deepcopy(st)) for st in node.body]
+        body = [_Markers(src, True, known).visit(copy.deepcopy(st)) for st in node.body]
         head = _parse(f"{loop.index} = __start + __k * __step", node)
         loop1 = _parse("for __k in range(__cuda.grid(1), __trip, __cuda.gridsize(1)):\n"
                        "    pass", node)[0]
