@@ -3,7 +3,8 @@
 enter data (nowait) -> kernel (nowait, after it) -> exit data copying back (nowait,
 after the kernel) -> a host task reading the result (after that): each step names the
 Handles it waits for in `depend=`, the thread that started them goes on, and
-`wait()` on the last one (or `offload.taskwait()`) joins. Prints PASS.
+`wait()` on the last one (or `offload.taskwait()`) joins. The kernel is bundled for the
+host and, where there is one, the GPU (see one_kernel.py). Prints PASS.
 Usage: python examples/recipes/nowait_chain.py [--n N]
 """
 import argparse
@@ -14,13 +15,22 @@ import numpy as np
 import offload
 
 SOURCE = "void scale(double *a, long n, double f) { for (long i = 0; i < n; ++i) a[i] *= f; }"
+# the same kernel for CUDA devices: a host-only kernel would run on the host's `a` while
+# the chain's copy of it sits on the GPU, and the exit data's copy back would undo it
+CUDA = r"""extern "C" __global__ void scale(double *a, long n, double f) {
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+       i += (long)gridDim.x * blockDim.x) a[i] *= f;
+}"""
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1 << 20)
     args = p.parse_args()
-    k = offload.compile_c(SOURCE)
+    images = [offload.compile_c(SOURCE)]
+    if any(d.plugin == "cuda" for d in offload.devices()):
+        images.append(offload.compile_cuda(CUDA))       # NVRTC (nvidia-cuda-nvrtc)
+    k = offload.Image.combine(*images)
     a = np.arange(args.n, dtype=np.float64)
     seen = []
     entered = offload.target_enter_data(offload.to(a), nowait=True)
