@@ -12,8 +12,9 @@ from ._lazy import numpy as np
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interop import DeviceArray, dl_device_of
+from .interrupts import defers_interrupts, keep_interrupt
 from .plugins.memory_pool import AllocKind
-from .runtime import Runtime, defers_interrupts, keep_interrupt, operation, release_operation
+from .runtime import Runtime, operation, release_operation
 from .runtime import current as _current
 
 __all__ = ["empty"]

@@ -20,14 +20,9 @@ from ._lazy import numpy as np
 from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
+from .interrupts import defers_interrupts
 from .runtime import current as _current
-from .runtime import (
-    defers_interrupts,
-    omp_initial_device,
-    operation,
-    release_operation,
-    resource_operation,
-)
+from .runtime import omp_initial_device, operation, release_operation, resource_operation
 
 _ffi = _cffi_backend.FFI()           # (built-in types only: no C parser needed)
 

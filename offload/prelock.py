@@ -11,8 +11,9 @@ from .arrays import as_array, span
 from .device import Device
 from .dlpack import KDL_CPU, KDL_CUDA_HOST, KDL_ROCM_HOST, make_capsule
 from .errors import ErrorCode, OffloadError
+from .interrupts import defers_interrupts
 from .runtime import current as _current
-from .runtime import defers_interrupts, release_operation, resource_operation
+from .runtime import release_operation, resource_operation
 
 
 # ---- pinning ----------------------------------------------------------------------

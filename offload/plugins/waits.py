@@ -27,12 +27,10 @@ class Interrupts:
 
 def poll(query: Callable[[Any], int], handle: Any, not_ready: int) -> int:
     """Poll query(handle) (a driver's stream or event query) until it is not `not_ready`:
-    a spin of 2 ms (the driver releases the GIL per query; a pending Ctrl-C delivered every
-    100 µs), so a wait shorter than that ends within a query of the work's end, then
-    sleeps of 50 µs, then 100 µs (each at least the thread's timer slack, 50 µs on Linux,
-    longer: a sleep right after 100 µs cost a 130 µs kernel 100 µs), so a kernel that hangs
-    still gets Ctrl-C and a long copy is noticed within about 0.15 ms of its end. Returns
-    the last result."""
+    a spin of 2 ms (the driver releases the GIL per query; a pending Ctrl-C is delivered
+    every 100 µs), then sleeps of 50 µs, then 100 µs. A sleep lasts at least the thread's
+    timer slack (50 µs on Linux), so the spin is what keeps a 0.1-2 ms kernel's wait
+    short; the sleeps keep Ctrl-C reaching a hung kernel. Returns the last result."""
     rc = query(handle)
     if rc != not_ready:
         return rc                       # done already: no clock read

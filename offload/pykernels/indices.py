@@ -61,26 +61,17 @@ class Indices(ast.NodeTransformer):
         self.known = dict(known or {})
 
     def visit_For(self, node: ast.For) -> Any:
+        # a known variable is never assigned in its loop's body, so an inner loop over it
+        # cannot exist: only this loop's own variable is added for its body
         lo = least(self.src, node)             # before its range's call is rewritten
         node.iter = self.visit(node.iter)
         saved = self.known
-        self.known = {k: v for k, v in saved.items()
-                      if not any(k in names_stored(st) for st in node.body)}
-        if isinstance(node.target, ast.Name):
-            self.known.pop(node.target.id, None)
-            if lo is not None:
-                self.known[node.target.id] = lo
+        if lo is not None:
+            assert isinstance(node.target, ast.Name)
+            self.known = {**saved, node.target.id: lo}
         node.body = [self.visit(st) for st in node.body]
         self.known = saved
         node.orelse = [self.visit(st) for st in node.orelse]
-        return node
-
-    def visit_While(self, node: ast.While) -> Any:
-        saved = self.known
-        self.known = {k: v for k, v in saved.items()
-                      if not any(k in names_stored(st) for st in node.body)}
-        self.generic_visit(node)
-        self.known = saved
         return node
 
     def visit_Subscript(self, node: ast.Subscript) -> Any:
