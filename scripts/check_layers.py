@@ -1,4 +1,11 @@
-"""Check that offload's imports point down the layers of docs/design.md §1 (run by .ci/run)."""
+"""Check that offload's imports point down the layers of docs/design.md §1 (run by .ci/run).
+
+Layers are whole numbers, and the folders show them: a module's layer follows from
+its folder (mapping/, capi/, pykernels/, testing/, the three groups of plugins/), and
+only the top-level modules are listed by name. A module imports from its own layer
+or from lower ones; within a layer the imports form no cycle, and the four Python
+front ends (api, omp, target, interop) never import one another.
+"""
 from __future__ import annotations
 
 import ast
@@ -6,22 +13,40 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
-# lower number = lower layer; a module may import only modules of a lower layer
-LAYERS = {
-    "errors": 0, "_lazy": 0, "cache_dir": 0.3, "ffi_cache": 0.6, "completions": 0, "tracing": 0, "routes": 0, "profile": 0.5, "trace": 1, "dlpack": 1, "config": 1, "arrays": 2, "clauses": 3, "entries": 2,
-    "diagnostics": 4, "pinned": 2, "image": 2, "compiler": 3, "targets": 3,
-    "plugins._libc": 3, "plugins.args": 2, "plugins.memory_pool": 3, "plugins.queues": 3,
-    "plugins.staging": 4, "plugins.exported": 4, "plugins.record_replay": 4, "plugins._cuda_driver": 3, "plugins._cuda_memory": 4, "plugins._hsa_runtime": 3, "plugins._hsa_queues": 4,
-    "plugins.nvrtc": 3, "_accel": 4, "plugins._cuda_fast": 4, "plugins._cuda_openmp": 5.2, "plugins.launch_geometry": 3, "plugins.waits": 1, "plugins.device_hooks": 4.5, "plugins.transfers": 4.7, "plugins.generic_device": 4.8, "plugins.common": 5, "plugins.host_queue": 5.5, "plugins._host_memory": 3, "plugins.host": 6, "plugins.cuda_kernels": 5.6, "plugins.cuda_device": 5.7, "plugins.cuda": 6,
-    "plugins.amdgpu_device": 5.7, "plugins.amdgpu": 6, "plugins": 0, "mapping._base": 6.5, "mapping.motion": 6.6, "mapping.begin": 6.7, "mapping.end": 6.7, "mapping": 7, "device": 8, "plugin_manager": 9,
-    "nowait": 9.5, "interrupts": 0.5, "runtime": 10, "prelock": 10.5, "inventory": 10.5, "api": 11, "omp_common": 10.6, "omp_copies": 10.7, "omp": 11, "target": 11, "interop": 11, "omp_async": 12, "statistics": 11, "allocators": 12, "testing": 12, "testing.conformance": 12, "cli": 12,
-    "__init__": 13, "capi.abi": 0, "capi.images": 3, "capi.maps": 9, "capi.data": 12.45, "capi.device_api": 12.45, "capi.exports": 12.5, "capi.devices": 12.3, "capi.kernels": 12.4,
-    "capi.interop_objects": 12.4, "pykernels.markers": 0, "pykernels.source": 1,
-    "pykernels.signature": 2, "pykernels.atomics": 0, "pykernels.indices": 1.5,
-    "pykernels.rewrite": 2,
-    "pykernels.host": 3, "pykernels.cuda": 4, "pykernels": 12, "capi.ompt": 12.35,
-    "capi.build": 12, "capi.openmp": 12.5, "capi": 12.2, "capi.__main__": 14, "capi.replay": 14,
+
+#: the layers, lowest first: (name, what it holds)
+NAMES = (
+    ("foundations", "errors, configuration, clauses and arrays, tracing, the compiler cache"),
+    ("bindings", "the driver libraries through cffi (plugins/_*.py), NVRTC, Python kernels"),
+    ("plugin common", "GenericPlugin / GenericDevice and the policy every vendor shares"),
+    ("vendor plugins", "host, CUDA and AMDGPU: hooks only"),
+    ("mapping", "the mapping table and its rules (mapping/)"),
+    ("runtime", "Device, PluginManager, nowait work, the per-process Runtime"),
+    ("Python API", "api, omp*, target, interop and what they share above the runtime"),
+    ("C ABI", "libomptarget.so.19.1's exports (capi/)"),
+    ("package", "offload/__init__.py"),
+)
+FOUNDATIONS, BINDINGS, PLUGIN_COMMON, VENDOR, MAPPING, RUNTIME, PYTHON_API, C_ABI, PACKAGE = \
+    range(len(NAMES))
+
+#: folders whose modules all sit in one layer
+FOLDERS = {"mapping": MAPPING, "capi": C_ABI, "pykernels": BINDINGS, "testing": PYTHON_API}
+#: plugins/: vendor files by their prefix; binding modules start with "_"; the rest is common
+VENDOR_PREFIXES = ("host", "cuda", "amdgpu", "_cuda_openmp")
+#: the top-level modules, by layer
+TOP = {
+    FOUNDATIONS: ("errors", "_lazy", "completions", "tracing", "routes", "interrupts",
+                  "cache_dir", "config", "ffi_cache", "profile", "trace", "image", "pinned",
+                  "entries", "dlpack", "arrays", "clauses", "diagnostics", "compiler",
+                  "_accel"),
+    PLUGIN_COMMON: ("targets",),
+    RUNTIME: ("device", "plugin_manager", "nowait", "runtime"),
+    PYTHON_API: ("api", "omp", "omp_common", "omp_copies", "omp_async", "target", "interop",
+                 "inventory", "prelock", "statistics", "allocators", "cli"),
+    PACKAGE: ("__init__",),
 }
+#: front ends that share only what lies below them
+SIBLINGS = ("api", "omp", "target", "interop")
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -30,34 +55,94 @@ def module_name(path: pathlib.Path) -> str:
     return name[: -len(".__init__")] if name.endswith(".__init__") and name != "__init__" else name
 
 
+def layer_of(name: str) -> int | None:
+    """The layer of module `name` (dotted, below offload), or None where it has none."""
+    folder, _, leaf = name.rpartition(".")
+    top = name.split(".")[0]
+    if top in FOLDERS:
+        return FOLDERS[top]
+    if top == "plugins":
+        if not folder:
+            return VENDOR  # plugins/__init__.py: the built-in plugins' names
+        if leaf.startswith(VENDOR_PREFIXES):
+            return VENDOR
+        return BINDINGS if leaf.startswith("_") else PLUGIN_COMMON
+    return next((n for n, mods in TOP.items() if name in mods), None)
+
+
 def imports(path: pathlib.Path, name: str) -> set[str]:
-    pkg = name.split(".")[:-1] if "." in name else []
+    """The offload modules that the module at `path`, named `name`, imports."""
+    parts = name.split(".")
+    pkg = parts if path.name == "__init__.py" and name != "__init__" else parts[:-1]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
-            mod = ".".join(base + ([node.module] if node.module else []))
             if node.module is None:
                 out |= {".".join(base + [a.name]) for a in node.names}
             else:
-                out.add(mod)
+                out.add(".".join(base + [node.module]))
         elif isinstance(node, ast.Import):
             out |= {a.name[len("offload."):] for a in node.names if a.name.startswith("offload.")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("offload."):
+            out.add(node.module[len("offload."):])
     return out
 
 
-def main() -> int:
+def graph() -> dict[str, set[str]]:
+    """Every module of offload and the offload modules it imports."""
+    mods = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    return {n: {d for d in imports(p, n) if d in mods and d != n} for n, p in mods.items()}
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str]:
+    """One import cycle among `edges`, or []."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(n: str) -> list[str]:
+        state[n] = 1
+        path.append(n)
+        for d in sorted(edges.get(n, ())):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        state[n] = 2
+        path.pop()
+        return []
+
+    for n in sorted(edges):
+        if n not in state and (found := visit(n)):
+            return found
+    return []
+
+
+def problems() -> list[str]:
+    g = graph()
     bad = []
-    for path in sorted(ROOT.rglob("*.py")):
-        name = module_name(path)
-        if name not in LAYERS:
-            bad.append(f"{name}: not placed in a layer (add it to scripts/check_layers.py)")
+    for name in sorted(g):
+        if layer_of(name) is None:
+            bad.append(f"{name}: not placed in a layer (add it to TOP in scripts/check_layers.py)")
+    placed = {n: layer_of(n) for n in g if layer_of(n) is not None}
+    for name, deps in sorted(g.items()):
+        if name not in placed or name == "__init__":
             continue
-        for dep in imports(path, name):
-            if dep not in LAYERS:
-                continue
-            if LAYERS[dep] >= LAYERS[name] and name != "__init__":
-                bad.append(f"{name} (layer {LAYERS[name]}) imports {dep} (layer {LAYERS[dep]})")
+        for dep in sorted(deps & placed.keys()):
+            if placed[dep] > placed[name]:
+                bad.append(f"{name} ({NAMES[placed[name]][0]}, layer {placed[name]}) imports "
+                           f"{dep} ({NAMES[placed[dep]][0]}, layer {placed[dep]})")
+            elif name in SIBLINGS and dep in SIBLINGS:
+                bad.append(f"{name} imports its sibling {dep}: what they share belongs below them")
+    same = {n: {d for d in deps if placed.get(d) == placed.get(n)}
+            for n, deps in g.items() if n in placed and n != "__init__"}
+    if found := cycle(same):
+        bad.append("import cycle within a layer: " + " -> ".join(found))
+    return bad
+
+
+def main() -> int:
+    bad = problems()
     for line in bad:
         print(line)
     print(f"layers: {len(bad)} problem(s)")

@@ -1,6 +1,7 @@
 """The package's face: public names, docstrings, version, documented variables, --help."""
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -61,19 +62,57 @@ def test_readme_tables_render():
             assert len(cells) in (2, 4), line
 
 
-def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check_layers.py")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
+def _layers():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     try:
         import check_layers
     finally:
         sys.path.pop(0)
+    return check_layers
+
+
+def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check_layers.py")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    check_layers = _layers()
     bad = tmp_path / "pinned.py"
     bad.write_text("from .api import lock\n")
     assert "api" in check_layers.imports(bad, "pinned")
-    assert check_layers.LAYERS["api"] > check_layers.LAYERS["pinned"]
+    assert check_layers.layer_of("api") > check_layers.layer_of("pinned")
+
+
+def test_layers_are_whole_numbers_shown_by_the_folders():
+    check_layers = _layers()
+    layers = {check_layers.layer_of(check_layers.module_name(p))
+              for p in check_layers.ROOT.rglob("*.py")}
+    assert None not in layers and all(isinstance(n, int) for n in layers)
+    assert check_layers.layer_of("mapping.begin") == check_layers.MAPPING
+    assert check_layers.layer_of("capi.maps") == check_layers.C_ABI
+    assert check_layers.layer_of("plugins.cuda_device") == check_layers.VENDOR
+    assert check_layers.layer_of("plugins._cuda_driver") == check_layers.BINDINGS
+    assert check_layers.layer_of("plugins.generic_device") == check_layers.PLUGIN_COMMON
+
+
+def test_the_layer_check_reports_each_kind_of_problem(tmp_path, monkeypatch):
+    """An upward import, a cycle within a layer, two front ends importing each other and a
+    module in no layer are each named (a copy of the tree with one fault planted each)."""
+    check_layers = _layers()
+    plants = {
+        "pinned.py": ("from .api import lock\n", "pinned (foundations, layer 0) imports api"),
+        "errors.py": ("from .config import x\n", "import cycle within a layer"),
+        "omp.py": ("from .target import target\n", "omp imports its sibling target"),
+        "stray.py": ("", "stray: not placed in a layer"),
+    }
+    for file, (text, want) in plants.items():
+        tree = tmp_path / file.replace(".", "_") / "offload"
+        shutil.copytree(check_layers.ROOT, tree,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+        target = tree / file
+        target.write_text((target.read_text() if target.exists() else "") + text)
+        monkeypatch.setattr(check_layers, "ROOT", tree)
+        found = check_layers.problems()
+        assert any(want in line for line in found), (file, found)
 
 
 @pytest.mark.parametrize("cmd", [
