@@ -124,7 +124,7 @@ def problems() -> list[str]:
     for name in sorted(g):
         if layer_of(name) is None:
             bad.append(f"{name}: not placed in a layer (add it to TOP in scripts/check_layers.py)")
-    placed = {n: layer_of(n) for n in g if layer_of(n) is not None}
+    placed: dict[str, int] = {n: lay for n in g if (lay := layer_of(n)) is not None}
     for name, deps in sorted(g.items()):
         if name not in placed or name == "__init__":
             continue
