@@ -84,8 +84,8 @@ def imports(path: pathlib.Path, name: str) -> set[str]:
                 out.add(".".join(base + [node.module]))
         elif isinstance(node, ast.Import):
             out |= {a.name[len("offload."):] for a in node.names if a.name.startswith("offload.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("offload."):
-            out.add(node.module[len("offload."):])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("offload."):
+            out.add(str(node.module)[len("offload."):])
     return out
 
 
