@@ -141,6 +141,16 @@ for _d in (
 LLVM_EXPORTS = [n for n in EXPORTS if n not in ("__tgt_get_num_devices", "tgt_pause_resource")]
 assert len(LLVM_EXPORTS) == 71, len(LLVM_EXPORTS)
 
+#: the data constructs' exports: (export name, construct kind), numbered as DATA_ONE's
+#: `export` numbers them
+DATA_EXPORTS = tuple((f"__tgt_target_data_{k}{v}", k) for k in ("begin", "end", "update")
+                     for v in ("", "_nowait", "_mapper", "_nowait_mapper"))
+#: what the data constructs' C bodies call first for a list of one component without a
+#: mapper, its fields read in C: 1 when the construct is done (or has failed and been
+#: reported), 0 when the list takes the general path (not an export of the library)
+DATA_ONE = ("int data_one(void *loc, int32_t export, int64_t dev, uintptr_t base, "
+            "uintptr_t begin, int64_t size, uint64_t type);")
+
 # map-type bits beyond offload.clauses.MapType
 MEMBER_OF_MASK = 0xFFFF000000000000
 NON_CONTIG = 0x100000000000

@@ -21,7 +21,7 @@ import cffi
 from .. import config as _config
 from ..compiler import cache_directory
 from ..errors import ErrorCode, OffloadError
-from .abi import EXPORTS, SONAME, VERSION_NODE
+from .abi import DATA_EXPORTS, DATA_ONE, EXPORTS, SONAME, VERSION_NODE
 
 _MODULE = "_offload_capi"
 
@@ -234,13 +234,25 @@ def _wrappers() -> str:
         enter = ("const int outer = !offload_return_address; "
                  "if (outer) offload_return_address = __builtin_return_address(0); ")
         leave = "if (outer) offload_return_address = NULL; "
-        if ret == "void":
+        number = _data_export(name)
+        if number is not None:                   # one component, no mapper: data_one first
+            loc = "loc" if "loc" in names else "NULL"
+            mapper = " && (mappers == NULL || mappers[0] == NULL)" if "mappers" in names else ""
+            one = (f"(n == 1{mapper} && _offload_data_one({loc}, {number}, dev, "
+                   f"(uintptr_t)bases[0], (uintptr_t)begins[0], sizes[0], (uint64_t)types[0]))")
+            body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
+        elif ret == "void":
             body = f"{enter}if (Py_IsInitialized()) {call}; {leave}"
         else:
             body = (f"{enter}{ret} r = Py_IsInitialized() ? {call} : ({ret})0; {leave}"
                     f"return r;")
         out.append(f"__attribute__((visibility(\"default\"))) {ret} {name}({params}) {{ {body} }}")
     return "\n".join(out)
+
+
+def _data_export(name: str) -> int | None:
+    """The number in DATA_EXPORTS of a data construct's export; None for other exports."""
+    return next((i for i, (n, _) in enumerate(DATA_EXPORTS) if n == name), None)
 
 
 def _ompt_source() -> str:
@@ -252,7 +264,8 @@ def _c_source() -> str:
     ffi = cffi.FFI()
     ffi.embedding_api("\n".join(decl.replace(f" {name}(", f" _offload_{name}(", 1)
                                  .replace(f"*{name}(", f"*_offload_{name}(", 1)
-                                 for name, decl in EXPORTS.items() if name not in _IN_C))
+                                 for name, decl in EXPORTS.items() if name not in _IN_C)
+                     + "\n" + DATA_ONE.replace(" data_one(", " _offload_data_one(", 1))
     ffi.cdef(_C_HELPERS)
     paths = " ".join(_c_literal(p) + "," for p in _paths())
     ffi.set_source(_MODULE, _PREAMBLE % paths + _ompt_source() + _wrappers())

@@ -1,7 +1,7 @@
 """The drop-in's data constructs (__tgt_target_data_begin / end / update and their
 nowait and mapper forms): one plain array section goes to the table's fewer-steps
-methods straight from the C arrays; any other list is decoded and goes through the
-mapping rules, with LLVM 19's INFO lines, OMPT callbacks and table dumps."""
+methods with its fields read in C (data_one); any other list is decoded and goes
+through the mapping rules, with LLVM 19's INFO lines, OMPT callbacks and table dumps."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,6 +9,7 @@ from typing import Any
 from ..diagnostics import say
 from ..errors import OffloadError
 from . import maps, ompt
+from .abi import DATA_EXPORTS
 from .devices import (
     construct_failed,
 )
@@ -24,10 +25,6 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     d = construct_device(dev)
     if d is None:
         return
-    if not ompt.listening:                       # one array section: in fewer steps
-        one = maps.one_component(n, bases, begins, sizes, types, mappers)
-        if one is not None and maps.plain_one(d, *one) and _plain(kind, d, one, loc):
-            return
     args, given = maps.decode(n, bases, begins, sizes, types, names, mappers)
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
         for line in maps.describe(kind + "_nowait" if nowait else kind, loc, given):
@@ -38,6 +35,20 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
     else:
         _apply(kind, d, args, bases, loc)
     dump_tables(d, loc)
+
+
+def data_one(loc: Any, export: int, dev: int, base: int, begin: int, size: int, type: int
+             ) -> int:
+    """A data construct (DATA_EXPORTS[export]) of one component without a mapper, as the
+    library's C body read it: 1 when done here (in fewer steps, maps.plain_one), 0 for
+    the general path (_data), which gets the construct's own arguments."""
+    d = construct_device(dev)
+    if d is None:
+        return 1
+    one = (base, begin, size, type)
+    if ompt.listening or not maps.plain_one(d, *one):
+        return 0
+    return 1 if _plain(DATA_EXPORTS[export][1], d, one, loc) else 0
 
 
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}

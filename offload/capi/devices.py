@@ -179,7 +179,7 @@ def device(dev: int, construct: bool = True) -> Any:
         if construct:                          # LLVM 19's checkDeviceAndCtors
             fatal(f"Device number '{n}' out of range, only {rt._count} devices available", n)
         return rt.device(n)                    # raises: not a device number
-    d = rt.manager.get_device(n)
+    d = rt.manager.devices_made.get(n) or rt.manager.get_device(n)
     seen = _loaded.get(id(d))
     if seen is None or seen[1] != registry.version:
         _load_images(d)

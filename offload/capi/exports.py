@@ -17,8 +17,8 @@ from .. import omp, omp_async, profile, runtime
 from ..runtime import operation
 from ..statistics import write_stats
 from . import maps, ompt
-from .abi import EXPORTS
-from .data import _data
+from .abi import DATA_EXPORTS, DATA_ONE, EXPORTS
+from .data import _data, data_one
 from .device_api import (
     _after,
     _alloc,
@@ -94,13 +94,16 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
     construct LLVM's fatal error (a construct fails while offloading is mandatory). A
     runtime that cannot start is reported once and fails every call."""
     op = operation(fn) if runtime_op else fn
-    located = EXPORTS.get(name, "").split("(", 1)[-1].startswith("void *loc")
+    decl = DATA_ONE if name == "data_one" else EXPORTS.get(name, "")
+    located = decl.split("(", 1)[-1].startswith("void *loc")
 
     def call(*args: Any) -> Any:
         p = None
         try:
-            if _inject and name in _inject:
-                raise RuntimeError(f"failure injected into {name}")
+            if _inject:
+                export = DATA_EXPORTS[args[1]][0] if name == "data_one" else name
+                if export in _inject:
+                    raise RuntimeError(f"failure injected into {export}")
             if runtime_op and runtime._process.live is None:
                 if _start_failure:
                     raise _start_failure[0]
@@ -228,6 +231,8 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         return lambda loc, dev, n, bases, begins, sizes, types, names, mappers, *deps: _data(
             kind, dev, n, bases, begins, sizes, types, names, mappers, loc, nowait)
 
+    lib_ffi.def_extern(name="_offload_data_one", onerror=_escaped)(
+        _guard("data_one", 1, data_one, True, True))
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
         ext(base)(data(kind, True, False))

@@ -206,16 +206,6 @@ def plain(dev: Device, args: list[Arg]) -> Arg | None:
     return a if plain_one(dev, a.base, a.begin, a.size, a.type) else None
 
 
-def one_component(n: int, bases: Any, begins: Any, sizes: Any, types: Any, mappers: Any
-                  ) -> tuple[int, int, int, int] | None:
-    """(base, begin, size, type) of a map list of one component without a mapper, read
-    straight from the C arrays; None for any other list (decode it)."""
-    if n != 1 or (mappers is not None and mappers != ffi.NULL and mappers[0] != ffi.NULL):
-        return None
-    return (int(_cast(_T_UINTPTR, bases[0])), int(_cast(_T_UINTPTR, begins[0])),
-            int(sizes[0]), int(types[0]) & (2**64 - 1))
-
-
 def begin(dev: Device, args: list[Arg], bases: Any = None,
           busy: list | None = None) -> list[MapItem]:
     """target_data_begin for the list (with `busy`, an empty list: its entries marked in
