@@ -183,8 +183,8 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
 def _plain(maps: Sequence[Any], dev: Device | None, nowait: bool,
            depend: Sequence[Handle]) -> tuple[int, int, int, np.ndarray, bool] | None:
     """A data construct's one clause as MappingTable.begin_plain/end_plain take it, when
-    it is plain (MapClause.plain), synchronous and the table has no INFO; else None."""
-    if len(maps) != 1 or dev is None or nowait or depend or dev.table.info:
+    it is plain (MapClause.plain), synchronous and the table is not observed; else None."""
+    if len(maps) != 1 or dev is None or nowait or depend or dev.table.observed:
         return None
     m = maps[0]
     return dev.table.plain_of(m) if type(m) is MapClause else None
@@ -277,7 +277,7 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     """
     dev = _current().construct_device(device)
     if not nowait and not depend and stream is None:
-        if dev is not None and not dev.table.info:
+        if dev is not None and not dev.table.observed:
             arrays = dev.table.update_arrays
             if arrays is not None and arrays(to, from_):   # one plain array, one C call
                 return None

@@ -182,7 +182,7 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
     """The two common regions without a caller's queue, in fewer steps: every array
     argument mapped already, or one plain clause on a synchronous device. False, with
     nothing done, for any other region."""
-    if dev.table.info:
+    if dev.table.observed:
         return False
     if not maps:
         return _target_on_present(k, args, dev, teams, threads, shared_mem)

@@ -53,6 +53,25 @@ def runtime(monkeypatch, tmp_path_factory):
 
 
 @pytest.fixture
+def python_sigint():
+    """SIGINT with Python's own handler while the test runs, whatever this process
+    inherited (a job started in the background of a shell ignores SIGINT, and offload
+    leaves an ignored SIGINT alone): request it before `runtime`."""
+    import signal
+
+    from offload import interrupts
+    before, installed = signal.getsignal(signal.SIGINT), interrupts._Sigint.installed
+    ours = before is interrupts._deferring_sigint
+    if not ours:            # the next runtime to start installs offload's deferral
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        interrupts._Sigint.installed = False
+    yield
+    if not ours:
+        signal.signal(signal.SIGINT, before)
+        interrupts._Sigint.installed = installed
+
+
+@pytest.fixture
 def rt(runtime):
     """A fresh runtime with two host devices."""
     return runtime(OFFLOAD_HOST_NUM_DEVICES=2)

@@ -4,28 +4,41 @@ maps.plain_one): one plain array section goes to the table's fewer-steps methods
 the general rules. Asserted by counting the calls, in-process through the exports'
 bodies, with and without the compiled core (whose fewer-steps methods hand what they
 do not take, absent data for one, to the general rules themselves)."""
+import ctypes
+import os
+
 import numpy as np
 import pytest
 
 import offload
-from offload.capi import data
-from offload.capi.images import ffi
+from offload.capi import abi
+from tests.test_capi import LLVM_LIB, WHY, ours  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
 TO, FROM, PRESENT, ALWAYS = 0x1, 0x2, 0x1000, 0x4
+_P = ctypes.POINTER(ctypes.c_void_p)
+_I = ctypes.POINTER(ctypes.c_int64)
 
 
-def _construct(kind, a, t, dev=0, begin=None):
+def _construct(lib, kind, a, t, dev=0, begin=None):
+    """The data construct through the library's own export (its C body, then the
+    runtime), in this process: the library shares this program's runtime."""
     p = a.ctypes.data if begin is None else begin
-    bases = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data)])
-    begins = ffi.new("void *[]", [ffi.cast("void *", p)])
-    sizes = ffi.new("int64_t[]", [a.nbytes - (p - a.ctypes.data)])
-    types = ffi.new("int64_t[]", [t])
-    data._data(kind, dev, 1, bases, begins, sizes, types)
+    fn = getattr(lib, f"__tgt_target_data_{kind}_mapper")
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, _P, _P, _I, _I,
+                   ctypes.c_void_p, ctypes.c_void_p]
+    bases, begins = (ctypes.c_void_p * 1)(a.ctypes.data), (ctypes.c_void_p * 1)(p)
+    sizes = (ctypes.c_int64 * 1)(a.nbytes - (p - a.ctypes.data))
+    types = (ctypes.c_int64 * 1)(t)
+    fn(None, dev, 1, bases, begins, sizes, types, None, None)
 
 
 @pytest.fixture
-def spied(runtime, monkeypatch):
+def spied(runtime, monkeypatch, ours):  # noqa: F811
     runtime()
+    ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
     table = offload.runtime.current().device(0).table
     calls = {}
 
@@ -39,7 +52,7 @@ def spied(runtime, monkeypatch):
     for name in ("begin_plain", "end_plain", "update_plain", "target_data_begin",
                  "target_data_end", "target_data_update"):
         spy(name)
-    return table, calls
+    return table, calls, lambda *args, **kw: _construct(lib, *args, **kw)
 
 
 def _device_copy(table, a):
@@ -51,7 +64,7 @@ def _device_copy(table, a):
 
 
 def test_one_plain_section_takes_the_fewer_steps_methods(spied):
-    table, calls = spied
+    table, calls, _construct = spied
     a = np.arange(1000, dtype=np.int32)
     _construct("begin", a, TO)
     a += 1
@@ -69,7 +82,7 @@ def test_one_plain_section_takes_the_fewer_steps_methods(spied):
 @pytest.mark.parametrize("t, why", [(TO | PRESENT, "present"), (TO | FROM, "both ways"),
                                     (TO | ALWAYS, "always")])
 def test_other_updates_take_the_general_rules(spied, t, why):
-    table, calls = spied
+    table, calls, _construct = spied
     a = np.arange(1000, dtype=np.int32)
     _construct("begin", a, TO)
     a += 1
@@ -80,7 +93,7 @@ def test_other_updates_take_the_general_rules(spied, t, why):
 
 
 def test_a_section_not_from_its_base_takes_the_general_rules(spied):
-    table, calls = spied
+    table, calls, _construct = spied
     a = np.arange(1000, dtype=np.int32)
     _construct("begin", a, TO)
     a += 1
@@ -92,7 +105,27 @@ def test_a_section_not_from_its_base_takes_the_general_rules(spied):
 
 
 def test_an_absent_array_is_skipped_by_either_path(spied):
-    table, calls = spied
+    table, calls, _construct = spied
     a = np.arange(10, dtype=np.int32)
     _construct("update", a, TO)                        # nothing mapped: nothing done
     assert calls["update_plain"] == 1 and len(table) == 0
+
+
+@pytest.mark.parametrize("watch", ["info", "traced"])
+def test_an_observed_table_takes_the_general_rules(spied, watch):
+    """LIBOMPTARGET_INFO bits or a listener (table.observed): the fewer-steps methods tell
+    no one, so the C body's one component goes to the general rules."""
+    table, calls, _construct = spied
+    if watch == "info":
+        table.info = 0x20                         # LIBOMPTARGET_INFO: DATA_TRANSFER (prints)
+    else:
+        table.traced = True
+    a = np.arange(1000, dtype=np.int32)
+    _construct("begin", a, TO)
+    a += 1
+    _construct("update", a, TO)
+    assert (_device_copy(table, a) == a).all()
+    _construct("end", a, FROM)
+    assert not any(calls.get(k) for k in ("begin_plain", "update_plain", "end_plain")), calls
+    assert (calls["target_data_begin"], calls["target_data_update"],
+            calls["target_data_end"]) == (1, 1, 1), calls

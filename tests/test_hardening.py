@@ -105,7 +105,7 @@ def _consistent():
     assert vmlck_kb() * 1024 // PAGE == pins()["locked_pages"]
 
 
-def test_fault_injection_with_real_interrupts(rt, k):
+def test_fault_injection_with_real_interrupts(python_sigint, rt, k):
     """Seeded SIGINTs at random moments of lock/locked/target_data/target loops: the
     registry and the OS agree after every interrupt, and a full clean-up leaves VmLck 0.
     (An interrupt that arrives inside an operation is raised when it has finished.)"""

@@ -105,7 +105,8 @@ class Checkpoints:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.strip("_"))
-def test_a_real_interrupt_at_any_checkpoint_leaves_nothing(runtime, add_one, scenario):
+def test_a_real_interrupt_at_any_checkpoint_leaves_nothing(python_sigint, runtime, add_one,
+                                                            scenario):
     runtime()
     assert signal.getsignal(signal.SIGINT) is rtmod._deferring_sigint
     a = np.zeros(1 << 14, dtype=np.int32)

@@ -11,7 +11,6 @@ import pytest
 
 import offload
 from offload import profile, trace
-from offload.mapping import TRACED
 from tests.test_capi import built, ours  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +38,7 @@ def test_copies_and_kernels_with_route_bytes_and_source(runtime, add_one, tmp_pa
     path = tmp_path / "p.json"
     runtime(OFFLOAD_PLUGINS="pitched", LIBOMPTARGET_PROFILE=str(path),
             LIBOMPTARGET_PROFILE_GRANULARITY="0")
-    assert offload.runtime.current().device(0).table.info & TRACED   # off the fast paths
+    assert offload.runtime.current().device(0).table.observed   # off the fast paths
     a = np.zeros(N, np.uint8)
     before = offload.stats(0)
     with offload.target_data(offload.tofrom(a), device=0):          # staged both ways
@@ -95,7 +94,7 @@ def test_llvms_granularity_keeps_totals_and_device_lanes(runtime, tmp_path):
 def test_no_profile_no_events_and_the_fast_paths_stay(runtime):
     runtime()
     assert profile.active is None
-    assert not offload.runtime.current().device(0).table.info & TRACED
+    assert not offload.runtime.current().device(0).table.observed
 
 
 def test_a_later_runtime_continues_the_file(runtime, tmp_path):

@@ -8,7 +8,6 @@ import pytest
 
 import offload
 from offload import tracing
-from offload.mapping import TRACED
 
 
 class Recorder:
@@ -40,7 +39,7 @@ def ops(t):
 
 def test_map_region_and_unmap_in_order(tool, add_one):
     table = offload.runtime.current().manager.get_device(0).table
-    assert table.info & TRACED
+    assert table.traced and table.observed and not table.info
     a = np.arange(64, dtype=np.int32)
     p = a.ctypes.data
     offload.target_enter_data(offload.to(a), device=0)
@@ -95,7 +94,25 @@ def test_no_tool_no_events_and_tables_untraced(runtime):
     assert tracing.tool is None
     runtime()
     table = offload.runtime.current().manager.get_device(0).table
-    assert not table.info & TRACED
+    assert not table.traced and not table.observed
     with tracing.alloc(0, 0, 8) as op:                 # the shared no-tool context
         op.dst = 1
     assert tracing.data_op(tracing.DELETE, 1, 0, 0, -1, 0) is tracing._NONE
+
+
+def test_info_bits_and_listening_are_apart(runtime):
+    """LIBOMPTARGET_INFO holds only its own bits; a listener is `traced`; either keeps the
+    table `observed` (off every fewer-steps path) and each can go without the other."""
+    runtime(LIBOMPTARGET_INFO=0x20)
+    table = offload.runtime.current().manager.get_device(0).table
+    assert (table.info, table.traced, table.observed) == (0x20, False, True)
+    table.traced = True
+    table.info = 0
+    assert (table.info, table.traced, table.observed) == (0, True, True)
+    table.traced = False
+    assert not table.observed
+    a = np.arange(16, dtype=np.int32)
+    before = offload.stats(0)
+    with offload.target_data(offload.tofrom(a)):
+        pass
+    assert offload.stats(0) != before            # the construct ran (and was counted)

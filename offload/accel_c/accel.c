@@ -293,7 +293,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1,
 
 #define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
 PyMODINIT_FUNC PyInit__accel_c(void) {
-  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_info, "info");
+  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_observed, "observed");
   INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
   INTERN(s_limit, "limit"); INTERN(s_alloc_starts, "_alloc_starts");
   INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");

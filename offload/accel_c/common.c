@@ -50,7 +50,7 @@ static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, i
 #define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
 
 static PyObject *s_acquire, *s_release;
-static PyObject *s_info, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
+static PyObject *s_observed, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
     *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
     *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
     *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel,
@@ -279,7 +279,7 @@ static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t 
     return 0;
   if (nn <= 0 || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
     return 0;
-  if (!attr_size(R(a, TABLE), s_info, &info) || info)
+  if (!attr_size(R(a, TABLE), s_observed, &info) || info)
     return 0;
   *n = (Py_ssize_t)nn;
   *t = (long)tt;

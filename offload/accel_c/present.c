@@ -19,7 +19,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   PyObject *given = args[0];
   Py_ssize_t count = PyTuple_GET_SIZE(given);
   long long info;
-  if (!attr_size(R(a, TABLE), s_info, &info) || info)
+  if (!attr_size(R(a, TABLE), s_observed, &info) || info)
     Py_RETURN_NONE;
   PyObject *kargs = PyList_New(count), *marked = PyList_New(0);
   if (!kargs || !marked) {

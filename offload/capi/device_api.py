@@ -10,7 +10,6 @@ from typing import Any
 
 from .. import omp, omp_async, runtime
 from ..errors import ErrorCode, OffloadError
-from ..mapping import TRACED
 from .devices import (
     OFFLOAD_SUCCESS,
     device,
@@ -163,10 +162,9 @@ def _record_replay(dev: int, size: int, vaddr: Any, is_record: bool, save_output
 
 
 def _set_info(flags: int) -> None:
-    """__tgt_set_info_flag: LIBOMPTARGET_INFO's bits for every device (a tool listening
-    keeps the tables traced)."""
+    """__tgt_set_info_flag: LIBOMPTARGET_INFO's bits for every device."""
     for d in ensure_runtime().manager.initialized():
-        d.table.info = int(flags) | (d.table.info & TRACED)
+        d.table.info = int(flags)
 
 
 def _print_device_info(dev: int) -> int:

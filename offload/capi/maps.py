@@ -192,9 +192,9 @@ def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
 def plain_one(dev: Device, base: int, begin: int, size: int, type: int) -> bool:
     """Whether MappingTable.begin_plain/end_plain (update_plain for a motion) take a
     construct's one component: a non-empty array section from its base, with no bits but
-    TO, FROM and TARGET_PARAM, on a table without INFO (the one rule of the drop-in's
+    TO, FROM and TARGET_PARAM, on a table not observed (the one rule of the drop-in's
     fewer-steps path)."""
-    return not (dev.table.info or type & ~(_TO | _FROM | _TARGET_PARAM) or size <= 0
+    return not (dev.table.observed or type & ~(_TO | _FROM | _TARGET_PARAM) or size <= 0
                 or base != begin)
 
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import runtime, tracing
-from ..mapping import TRACED
 from .devices import registry
 
 # ompt_target_t
@@ -68,7 +67,7 @@ def connect(lib: Any) -> bool:
     rt = runtime._process.live
     if rt is not None:
         for d in rt.manager.initialized():
-            d.table.info |= TRACED
+            d.table.traced = True
     return True
 
 

@@ -19,11 +19,11 @@ from ..clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
 from ..config import Info
 from ..entries import INF, HostDataToTarget
 from ..plugins.common import AllocKind, GenericPlugin
-from ._base import _FROM, _TO, TRACED, _held_lock
+from ._base import _FROM, _TO, _held_lock
 from .begin import Begin
 from .end import End
 
-__all__ = ["INF", "TRACED", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
+__all__ = ["INF", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
            "map_items"]
 
 

@@ -28,7 +28,6 @@ _MEMBER = int(MapType.MEMBER)
 _I_EXISTS, _I_DUMP, _I_CHANGED, _I_TRANSFER = (int(Info.MAPPING_EXISTS), int(Info.DUMP_TABLE),
                                                int(Info.MAPPING_CHANGED),
                                                int(Info.DATA_TRANSFER))
-TRACED = 1 << 30          # MappingTable.info: a tool hears the data operations (offload.tracing)
 
 
 def _pending(e: HostDataToTarget) -> threading.Lock | None:
@@ -78,10 +77,11 @@ class TableState:
         self.plugin = plugin
         self.device = device          # plugin-local id
         self.number = number          # global device number, for messages
-        #: LIBOMPTARGET_INFO bits, and TRACED while a tool hears data operations (any bit
-        #: keeps a construct off the fewer-steps paths, which tell no one)
-        self.info = int(info) | (TRACED if tracing.tool is not None or profile.active is not None
-                                 else 0)
+        self._info = int(info)
+        self._traced = tracing.tool is not None or profile.active is not None
+        #: INFO bits or a listener (see `observed`); the one table-level test of every
+        #: fewer-steps path (Python's and the compiled core's), which tell no one
+        self.observed = bool(self._info) or self._traced
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
         self._lock = _accel.new_lock(plugin.config)
         self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
@@ -95,6 +95,27 @@ class TableState:
         self._holders: dict[int, int] = {}
         self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
         # on host memory, begin_plain/end_plain in C (the methods below for the rest)
+
+    @property
+    def info(self) -> int:
+        """LIBOMPTARGET_INFO's bits for this device (offload.config.Info)."""
+        return self._info
+
+    @info.setter
+    def info(self, bits: int) -> None:
+        self._info = int(bits)
+        self.observed = bool(self._info) or self._traced
+
+    @property
+    def traced(self) -> bool:
+        """Whether a tool (OMPT, offload.tracing) or LIBOMPTARGET_PROFILE hears this
+        table's data operations."""
+        return self._traced
+
+    @traced.setter
+    def traced(self, yes: bool) -> None:
+        self._traced = bool(yes)
+        self.observed = bool(self._info) or self._traced
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
