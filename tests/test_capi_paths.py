@@ -129,3 +129,28 @@ def test_an_observed_table_takes_the_general_rules(spied, watch):
     assert not any(calls.get(k) for k in ("begin_plain", "update_plain", "end_plain")), calls
     assert (calls["target_data_begin"], calls["target_data_update"],
             calls["target_data_end"]) == (1, 1, 1), calls
+
+
+def test_the_compiled_core_keeps_the_plain_section_in_c(runtime, monkeypatch, ours):  # noqa: F811
+    """Through the C bodies with the compiled core, a warm plain section never reaches the
+    Python methods (a fallback that silently takes every call fails here: the core's
+    table-level test once read a bool where it wanted an int); with the pure-Python core
+    every call is a Python one."""
+    from offload import _accel
+    from tests.plain_paths_support import _counting
+    calls = _counting(monkeypatch)                 # tables made after this are counted
+    runtime()
+    compiled = _accel.load() is not None and offload.runtime.current().config.accel
+    ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    a = np.arange(1000, dtype=np.int32)
+    for _ in range(4):
+        _construct(lib, "begin", a, TO)
+        a += 1
+        _construct(lib, "update", a, TO)
+        _construct(lib, "end", a, FROM)
+    assert (a == np.arange(1000) + 4).all()
+    if compiled:          # the first begin finds no pooled block: Python allocates it
+        assert calls == {"begin": 1, "end": 0}, calls
+    else:
+        assert calls == {"begin": 4, "end": 4}, calls

@@ -272,14 +272,14 @@ static PyObject *fallback(Accel *a, int which, PyObject *const *args, Py_ssize_t
 }
 
 /* The plain arguments (p, n, t) of both calls: exact ints, 0 < n, t of TO/FROM
- * bits only, on a table without INFO. 0 when not. */
+ * bits only, on a table not observed (MappingTable.observed). 0 when not. */
 static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t *n, long *t) {
-  long long nn, tt, info;
+  long long nn, tt;
   if (!as_addr(args[0], p) || !as_size(args[1], &nn) || !as_size(args[2], &tt))
     return 0;
   if (nn <= 0 || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
     return 0;
-  if (!attr_size(R(a, TABLE), s_observed, &info) || info)
+  if (!attr_false(R(a, TABLE), s_observed))       /* INFO bits or a listener */
     return 0;
   *n = (Py_ssize_t)nn;
   *t = (long)tt;

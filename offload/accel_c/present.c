@@ -18,8 +18,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   PyObject *spec = nargs > 1 && args[1] != Py_None ? args[1] : NULL;
   PyObject *given = args[0];
   Py_ssize_t count = PyTuple_GET_SIZE(given);
-  long long info;
-  if (!attr_size(R(a, TABLE), s_observed, &info) || info)
+  if (!attr_false(R(a, TABLE), s_observed))       /* INFO bits or a listener */
     Py_RETURN_NONE;
   PyObject *kargs = PyList_New(count), *marked = PyList_New(0);
   if (!kargs || !marked) {
