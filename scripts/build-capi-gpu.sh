@@ -3,7 +3,7 @@
 # the GPU machine runs for the drop-in libomptarget's GPU checks, into DIR (default
 # .gpucarry, to carry): tests/capi/*.c and *.cpp for nvptx (sm_90) with the output of each under
 # LLVM 19's own runtime on the host (x86_64 offloading) to compare with, bench/capi_gpu.c,
-# and libomp.so.5. There: OFFLOAD_NVPTX_PROGRAMS=DIR python3 -m pytest tests/test_capi_gpu.py
+# and libomp.so.5. There: OFFLOAD_NVPTX_PROGRAMS=DIR python3 -m pytest tests/capi/test_capi_gpu.py
 # and python3 bench/capi_gpu.py DIR/bench/capi_gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ for src in tests/capi/*.c tests/capi/*.cpp; do
   # kernel_replay passes this program's own addresses as device memory: host devices only
   [ "$n" = kernel_replay ] && continue
   # OMPT tools see each runtime's devices (four host devices and their kind under LLVM's
-  # host run, the H200's here): tests/test_capi_gpu.py checks those apart
+  # host run, the H200's here): tests/capi/test_capi_gpu.py checks those apart
   case "$n" in ompt_*) continue ;; esac
   cc=clang-19
   [ "${src##*.}" = cpp ] && cc=clang++-19
@@ -45,7 +45,7 @@ rm "$out/ompt/host"
 LIBRARY_PATH=$llvm clang-19 -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \
   --offload-arch=sm_90 --cuda-path="$cuda" -x c tests/capi/record_replay_beyond_llvm.c.in \
   -o "$out/ompt/record_replay" 2>/dev/null
-# GPU-only programs (their lines are stated in tests/test_capi_gpu.py, from LLVM 19's rules)
+# GPU-only programs (their lines are stated in tests/capi/test_capi_gpu.py, from LLVM 19's rules)
 mkdir -p "$out/gpu"
 for src in tests/capi/gpu/*.c; do
   LIBRARY_PATH=$llvm clang-19 -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda \

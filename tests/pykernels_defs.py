@@ -118,7 +118,7 @@ def row_sums(u, out):
         out[i] = t
 
 
-# indices that may be negative keep Python's wraparound (tests/test_pykernels_indices.py)
+# indices that may be negative keep Python's wraparound (tests/pykernels/test_pykernels_indices.py)
 @offload.kernel
 def shift_back(a, b):
     for i in prange(a.shape[0]):

@@ -3,7 +3,7 @@
 // them (offload/test/offloading/high_trip_count_block_limit.cpp: 819200 iterations of a
 // combined loop get one thread each only with LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT
 // false; by default the teams stop at 3200 and each thread takes two). GPU only: the
-// host plugin runs one thread per team. tests/test_capi_gpu.py states what each line is.
+// host plugin runs one thread per team. tests/capi/test_capi_gpu.py states what each line is.
 #include <omp.h>
 #include <stdio.h>
 

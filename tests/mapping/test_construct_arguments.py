@@ -1,0 +1,36 @@
+"""A construct's arguments of the wrong kind are refused with a message naming
+the value and the fix, never a raw TypeError or a silent default."""
+import numpy as np
+import pytest
+
+import offload
+from offload.testing import state
+
+
+@pytest.mark.parametrize("bad", [None, "clause", 0], ids=["None", "str", "int"])
+def test_target_map_must_be_a_list(rt, add_one, bad):
+    a = np.zeros(4, dtype=np.int32)
+    with pytest.raises(offload.OffloadError, match=r"target: map: expected a list of map "
+                                                   r"clauses, got .*write map=\[tofrom\(a\)\]"):
+        offload.target(add_one.add_one, a, 0, 4, map=bad, device=0)
+    assert state()["devices"].get(0, {"mappings": 0})["mappings"] == 0
+
+
+def test_target_map_given_one_clause_not_in_a_list(rt, add_one):
+    a = np.zeros(4, dtype=np.int32)
+    with pytest.raises(offload.OffloadError, match="got MapClause"):
+        offload.target(add_one.add_one, a, 0, 4, map=offload.tofrom(a), device=0)
+    offload.target(add_one.add_one, a, 0, 4, map=[offload.tofrom(a)], device=0)
+    assert (a == 1).all()
+
+
+@pytest.mark.parametrize("make", ["fortran", "column"])
+def test_an_array_in_another_element_order_is_refused_for_a_pointer(rt, add_one, make):
+    """A Fortran-ordered array (contiguous, so it maps) would reach a C pointer parameter in
+    column order, silently; a strided view would give the kernel its first element only.
+    Both are refused, also after a C-ordered array of the same dtype was accepted."""
+    offload.target(add_one.scale, np.ones(6), 6, 2.0, device=0)         # accepted kind
+    a = np.zeros((3, 4), order="F") if make == "fortran" else np.zeros((4, 4))[:, 1]
+    with pytest.raises(offload.OffloadError, match="expected a C-ordered .*ascontiguousarray"):
+        offload.target(add_one.scale, a, a.size, 2.0, device=0)
+    assert (a == 0).all() and state()["devices"][0]["mappings"] == 0
