@@ -146,7 +146,8 @@ uint64_t hsa_queue_add_write_index_relaxed(const hsa_queue_t *queue, uint64_t va
 uint64_t hsa_queue_load_read_index_scacquire(const hsa_queue_t *queue);
 """
 
-# enum values, given explicitly (checked against the HSA headers by tests/test_amdgpu.py)
+# enum values, given explicitly (checked against the HSA headers by
+# tests/plugins/amdgpu/test_amdgpu.py)
 HSA_STATUS_SUCCESS = 0x0
 HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY = 3                 # hsa_system_info_t
 HSA_STATUS_INFO_BREAK = 0x1

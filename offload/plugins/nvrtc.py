@@ -29,7 +29,7 @@ nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet);
 nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx);
 """
 
-# enum values, given explicitly (checked against cuda.h by tests/test_cuda_header.py)
+# enum values, given explicitly (checked against cuda.h by tests/plugins/cuda/test_cuda_header.py)
 
 _nvrtc_ffi = ffi_for("nvrtc", NVRTC_CDEF)     # parsed once per machine (ffi_cache)
 _nvrtc: Any | None = None
