@@ -61,14 +61,30 @@ static PyObject *s_observed, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
 static int try_lock(PyObject *acquire);
 static void unlock(PyObject *release);
 
-/* The table's lock (t) or the device's (!t): taken without blocking (1, else 0), taken
- * waiting (1, else -1 with an exception), given back. */
-static int hold_try(Accel *a, int t) {
-  Lock *l = t ? a->tlock : a->dlock;
-  return l ? lock_take(l) : try_lock(R(a, t ? ACQUIRE : DEV_ACQUIRE));
+/* One of the two locks (`table`: the table's, else the device's) taken without blocking
+ * (1, else 0) and given back; the two-lock forms below are what the steps call. */
+static int lock_try(Accel *a, int table) {
+  Lock *l = table ? a->tlock : a->dlock;
+  return l ? lock_take(l) : try_lock(R(a, table ? ACQUIRE : DEV_ACQUIRE));
 }
 
-static int hold_wait(Accel *a) {
+static void lock_back(Accel *a, int table) {
+  Lock *l = table ? a->tlock : a->dlock;
+  if (l)
+    lock_give(l);
+  else
+    unlock(R(a, table ? RELEASE : DEV_RELEASE));
+}
+
+/* The table's lock taken without blocking: 1, else 0. */
+static int try_table_lock(Accel *a) { return lock_try(a, 1); }
+/* The device's lock taken without blocking: 1, else 0. */
+static int try_device_lock(Accel *a) { return lock_try(a, 0); }
+static void give_table_lock(Accel *a) { lock_back(a, 1); }
+static void give_device_lock(Accel *a) { lock_back(a, 0); }
+
+/* The table's lock taken waiting: 1, else -1 with an exception. */
+static int wait_table_lock(Accel *a) {
   if (a->tlock)
     return lock_wait(a->tlock, -1);
   PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));
@@ -78,19 +94,11 @@ static int hold_wait(Accel *a) {
   return 1;
 }
 
-static void hold_give(Accel *a, int t) {
-  Lock *l = t ? a->tlock : a->dlock;
-  if (l)
-    lock_give(l);
-  else
-    unlock(R(a, t ? RELEASE : DEV_RELEASE));
-}
-
 /* Give back the device's lock (when `dev_locked`), then the table's. */
 static void give_locks(Accel *a, int dev_locked) {
   if (dev_locked)
-    hold_give(a, 0);
-  hold_give(a, 1);
+    give_device_lock(a);
+  give_table_lock(a);
 }
 
 /* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is

@@ -14,7 +14,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   PyObject *busy = nargs > 5 ? args[5] : Py_None;
   if (busy != Py_None && !PyList_CheckExact(busy))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
-  if (!hold_try(a, 1))
+  if (!try_table_lock(a))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
   PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   PyObject *result = NULL, *one = NULL;
@@ -61,7 +61,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   if (!plain_copy(a, n))
     goto slow;
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
-  if (!(dev_locked = hold_try(a, 0)))
+  if (!(dev_locked = try_device_lock(a)))
     goto slow;
   PyObject *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), no);
   Py_ssize_t nb = blocks && PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : 0;
@@ -81,7 +81,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
             add_count(a, s_pool_hits, 1) < 0;
   Py_XDECREF(rec);
   Py_XDECREF(left);
-  hold_give(a, 0);
+  give_device_lock(a);
   dev_locked = 0;
   if (bad) {
     Py_DECREF(addr);
@@ -140,7 +140,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   }
   Py_DECREF(ent);
   if (big) {
-    hold_give(a, 1);                       /* others wait on `ready` meanwhile */
+    give_table_lock(a);                       /* others wait on `ready` meanwhile */
     if (t & 1) {
       Py_BEGIN_ALLOW_THREADS
       memcpy((void *)tgt, (const void *)p, (size_t)n);
@@ -200,7 +200,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   if (back < 0)
     return NULL;
   long own = mine != Py_None;
-  if (!hold_try(a, 1))
+  if (!try_table_lock(a))
     return fallback(a, END_PY, args, nargs, kwnames);
   PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   PyObject *po = args[0], *result = NULL, *gone_owner = NULL, *keep = NULL;
@@ -232,7 +232,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     goto slow;        /* a copy back outside the lock: Python keeps the entry until done */
   if (last && !big) {
     long long limit, bytes, sz;
-    if (!(dev_locked = hold_try(a, 0)))
+    if (!(dev_locked = try_device_lock(a)))
       goto slow;
     PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
     if (!rec || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 2 ||
@@ -259,7 +259,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
               PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
               PyDict_DelItem(by_start, po) < 0;
-    hold_give(a, 1);                           /* nothing to copy back: free it */
+    give_table_lock(a);                           /* nothing to copy back: free it */
     PyObject *err = NULL, *typ = NULL, *tb = NULL;
     if (bad)
       PyErr_Fetch(&typ, &err, &tb);

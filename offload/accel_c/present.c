@@ -45,7 +45,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   }
   if (!any)
     goto none;
-  if (!hold_try(a, 1))
+  if (!try_table_lock(a))
     goto none;
   PyObject *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   for (Py_ssize_t i = 0; i < count; i++) {
@@ -80,14 +80,14 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
       if (PyList_GET_SIZE(marked))
         wake_waiters(a);
       PyErr_Clear();
-      hold_give(a, 1);
+      give_table_lock(a);
       goto none;
     }
     Py_DECREF(one);
     put(a, e, BUSY, busy, NULL);
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
-  hold_give(a, 1);
+  give_table_lock(a);
   if (spec) {                          /* and the launch, here: True once it ran */
     int ran = launch_now(a, spec, kargs);
     PyObject *typ = NULL, *err = NULL, *tb = NULL;
@@ -128,13 +128,13 @@ static PyObject *Accel_release(Accel *a, PyObject *const *args, size_t nargsf,
 }
 
 static PyObject *release_list(Accel *a, PyObject *entries) {
-  if (hold_wait(a) < 0)                                        /* blocking, as Python */
+  if (wait_table_lock(a) < 0)                                        /* blocking, as Python */
     return NULL;
   int bad = 0;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++)
     bad = unmark_one(a, PyList_GET_ITEM(entries, i)) < 0;
   bad = bad || wake_waiters(a) < 0;
-  hold_give(a, 1);
+  give_table_lock(a);
   if (bad)
     return NULL;
   Py_RETURN_NONE;

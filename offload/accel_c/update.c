@@ -213,12 +213,12 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
 
 /* busy -= 1 on e under the table lock, waking waiters as release_busy does. */
 static int release_one(Accel *a, PyObject *e) {
-  if (hold_wait(a) < 0)                                        /* blocking, as Python */
+  if (wait_table_lock(a) < 0)                                        /* blocking, as Python */
     return -1;
   int rc = unmark_one(a, e);
   if (rc == 0 && wake_waiters(a) < 0)
     rc = -1;
-  hold_give(a, 1);
+  give_table_lock(a);
   return rc;
 }
 
@@ -233,7 +233,7 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !plain_args(a, args, &p, &n, &t) ||
       (t != 1 && t != 2))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
-  if (!hold_try(a, 1))
+  if (!try_table_lock(a))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
   PyObject *e = PyDict_GetItemWithError(R(a, BY_START), args[0]);
   if (!e && !PyErr_Occurred()) {
@@ -250,13 +250,13 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
       !(busy = PyNumber_Add(SLOT(a, e, BUSY), one))) {
     Py_XDECREF(one);
     PyErr_Clear();
-    hold_give(a, 1);
+    give_table_lock(a);
     return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
   }
   Py_DECREF(one);
   put(a, e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
   Py_INCREF(e);
-  hold_give(a, 1);
+  give_table_lock(a);
   int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);
   PyObject *typ = NULL, *err = NULL, *tb = NULL;
   if (done < 0)
