@@ -21,7 +21,16 @@ import cffi
 from .. import config as _config
 from ..compiler import cache_directory
 from ..errors import ErrorCode, OffloadError
-from .abi import DATA_EXPORTS, DATA_ONE, EXPORTS, SONAME, VERSION_NODE
+from .abi import (
+    DATA_EXPORTS,
+    EXPORTS,
+    FIRST_STEPS,
+    KERNEL_EXPORTS,
+    KERNEL_GENERAL,
+    SONAME,
+    TYPES,
+    VERSION_NODE,
+)
 
 _MODULE = "_offload_capi"
 
@@ -241,6 +250,17 @@ def _wrappers() -> str:
             one = (f"(n == 1{mapper} && _offload_data_one({loc}, {number}, dev, "
                    f"(uintptr_t)bases[0], (uintptr_t)begins[0], sizes[0], (uint64_t)types[0]))")
             body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
+        elif name in KERNEL_EXPORTS:          # at most one component: kernel_one first
+            one = (f"_offload_kernel_one(loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, "
+                   "thread_limit, host_ptr, k->Tripcount, (int32_t)k->NumArgs, "
+                   "n ? (uintptr_t)k->ArgBasePtrs[0] : 0, n ? (uintptr_t)k->ArgPtrs[0] : 0, "
+                   "n ? k->ArgSizes[0] : 0, n ? (uint64_t)k->ArgTypes[0] : 0)")
+            body = (f"{enter}int r = 0; const KernelArgsTy *k = args; "
+                    "const uint32_t n = k ? k->NumArgs : 2; "
+                    "if (!Py_IsInitialized()) r = 0; "
+                    f"else if (n <= 1 && (n == 0 || k->ArgMappers == NULL || "
+                    f"k->ArgMappers[0] == NULL) && (r = {one}) != {KERNEL_GENERAL}) ; "
+                    f"else r = {call}; {leave}return r;")
         elif ret == "void":
             body = f"{enter}if (Py_IsInitialized()) {call}; {leave}"
         else:
@@ -265,10 +285,11 @@ def _c_source() -> str:
     ffi.embedding_api("\n".join(decl.replace(f" {name}(", f" _offload_{name}(", 1)
                                  .replace(f"*{name}(", f"*_offload_{name}(", 1)
                                  for name, decl in EXPORTS.items() if name not in _IN_C)
-                     + "\n" + DATA_ONE.replace(" data_one(", " _offload_data_one(", 1))
+                     + "".join("\n" + decl.replace(f" {name}(", f" _offload_{name}(", 1)
+                               for name, (decl, _) in FIRST_STEPS.items()))
     ffi.cdef(_C_HELPERS)
     paths = " ".join(_c_literal(p) + "," for p in _paths())
-    ffi.set_source(_MODULE, _PREAMBLE % paths + _ompt_source() + _wrappers())
+    ffi.set_source(_MODULE, _PREAMBLE % paths + TYPES + _ompt_source() + _wrappers())
     ffi.embedding_init_code(_INIT % (_paths(),))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "capi.c")

@@ -17,7 +17,7 @@ from .. import omp, omp_async, profile, runtime
 from ..runtime import operation
 from ..statistics import write_stats
 from . import maps, ompt
-from .abi import DATA_EXPORTS, DATA_ONE, EXPORTS
+from .abi import EXPORTS, FIRST_STEPS
 from .data import _data, data_one
 from .device_api import (
     _after,
@@ -65,6 +65,7 @@ from .interop_objects import (
 )
 from .kernels import (
     dump_tables_at_exit,
+    kernel_one,
     legacy_target,
     push_tripcount,
     target_kernel,
@@ -94,14 +95,15 @@ def _guard(name: str, default: Any, fn: Callable[..., Any], runtime_op: bool = T
     construct LLVM's fatal error (a construct fails while offloading is mandatory). A
     runtime that cannot start is reported once and fails every call."""
     op = operation(fn) if runtime_op else fn
-    decl = DATA_ONE if name == "data_one" else EXPORTS.get(name, "")
+    first = FIRST_STEPS.get(name)                # a first step: the export that called it
+    decl = first[0] if first else EXPORTS.get(name, "")
     located = decl.split("(", 1)[-1].startswith("void *loc")
 
     def call(*args: Any) -> Any:
         p = None
         try:
             if _inject:
-                export = DATA_EXPORTS[args[1]][0] if name == "data_one" else name
+                export = first[1][args[1]] if first else name
                 if export in _inject:
                     raise RuntimeError(f"failure injected into {export}")
             if runtime_op and runtime._process.live is None:
@@ -233,6 +235,8 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
 
     lib_ffi.def_extern(name="_offload_data_one", onerror=_escaped)(
         _guard("data_one", 1, data_one, True, True))
+    lib_ffi.def_extern(name="_offload_kernel_one", onerror=_escaped)(
+        _guard("kernel_one", OFFLOAD_FAIL, kernel_one, True, True))
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
         ext(base)(data(kind, True, False))

@@ -11,6 +11,7 @@ from .. import runtime
 from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
 from . import maps, ompt
+from .abi import KERNEL_GENERAL
 from .devices import (
     OFFLOAD_FAIL,
     OFFLOAD_SUCCESS,
@@ -162,6 +163,32 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
                          int(k.Tripcount))
         dump_tables(d, loc)
         return rc
+    except OffloadError as exc:
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
+
+
+def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,
+               host_ptr: Any, tripcount: int, n: int, base: int, begin: int, size: int,
+               type: int) -> int:
+    """A region (KERNEL_EXPORTS[export]) whose map list is empty or one component without
+    a mapper, as the library's C body read it: the region run here when nothing watches
+    the table (no OMPT tool, no LIBOMPTARGET_INFO: target_kernel's general path prints and
+    reports) and the component is plain (maps.plain_one); KERNEL_GENERAL otherwise."""
+    d = construct_device(dev)
+    if d is None:
+        return OFFLOAD_FAIL                   # the host fallback runs the region
+    if ompt.listening or d.table.observed:
+        return KERNEL_GENERAL
+    if n:
+        if not maps.plain_one(d, base, begin, size, type):
+            return KERNEL_GENERAL
+        a = maps.Arg(base, begin, size, type, None, 0)
+        args: tuple[list[maps.Arg], list[maps.Arg]] = ([a], [a])
+    else:
+        args = _EMPTY
+    try:
+        return _launch(d, addr(host_ptr), args, None, num_teams, thread_limit, tripcount)
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL

@@ -154,3 +154,50 @@ def test_the_compiled_core_keeps_the_plain_section_in_c(runtime, monkeypatch, ou
         assert calls == {"begin": 1, "end": 0}, calls
     else:
         assert calls == {"begin": 4, "end": 4}, calls
+
+
+REGIONS = r'''
+void bump(int *a) {
+#pragma omp target map(tofrom: a[0:1000])
+  a[0] += 1;
+}
+int empty(void) {
+  int on_host = 1;
+#pragma omp target map(from: on_host)
+  on_host = 0;
+  return on_host;
+}
+'''
+
+
+@pytest.mark.parametrize("watch", [None, "info", "traced"])
+def test_regions_of_one_plain_section_through_the_c_body(spied, watch, monkeypatch):
+    """A region whose map list is one plain section (its fields read by the C body,
+    kernel_one: the C arrays are never decoded in Python) maps it in fewer steps and runs;
+    on an observed table it takes the general rules (which print and report); either way
+    the result is the same."""
+    from offload.capi import maps
+    table, calls, _ = spied
+    decode = maps.decode
+
+    def counted(*args, **kw):
+        calls["decode"] = calls.get("decode", 0) + 1
+        return decode(*args, **kw)
+    monkeypatch.setattr(maps, "decode", counted)
+    if watch == "info":
+        table.info = 0x20
+    elif watch == "traced":
+        table.traced = True
+    m = offload.compile_openmp(REGIONS)
+    a = np.zeros(1000, dtype=np.int32)
+    for _ in range(3):
+        m.bump(a)
+    assert a[0] == 3 and not a[1:].any()
+    assert m.empty() == 0                        # ran on the device, not the host fallback
+    fewer = (calls.get("begin_plain", 0), calls.get("end_plain", 0))
+    general = (calls.get("target_data_begin", 0), calls.get("target_data_end", 0))
+    if watch is None:
+        assert fewer == (4, 4) and general == (0, 0) and "decode" not in calls, calls
+    else:
+        assert fewer == (0, 0) and general == (4, 4) and calls["decode"] == 4, calls
+    assert len(table) == 0
