@@ -26,6 +26,7 @@
 
 #include <pythread.h>
 
+#include "cuda_work.c"
 #include "lock.c"
 #include "common.c"
 #include "plain.c"

@@ -17,10 +17,6 @@ enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, NEW_LOCK, WHERE, BEGIN_PY, END_PY, 
  * enqueued and spun on through the driver's entry points (the GIL released). */
 enum { COPY_NONE, COPY_MEMCPY, COPY_CUDA };
 #define MAX_STREAMS 8
-typedef int (*set_ctx_t)(void *);
-typedef int (*cu_copy_t)(uintptr_t, uintptr_t, size_t, void *);
-typedef int (*query_t)(void *);
-#define CU_NOT_READY 600
 
 typedef struct {
   int kind;

@@ -1,12 +1,6 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): updates and CUDA launches:
  * memcpy, or the driver's entry points on the copier's streams. */
 
-static double seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
  * for this device (not being pinned or unpinned, not crossing the pin_split grid):
  * PinnedMap.translate's one-piece answer. 0 when not (or on any doubt). */
@@ -60,19 +54,6 @@ out_nolock:
   return via;
 }
 
-/* What one CUDA operation enqueues: a copy or a kernel launch (run without the GIL). */
-typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, void *, void **, void **);
-typedef struct {
-  int launch;                      /* 0: copy(dst, src, size), 1: launch */
-  cu_copy_t copy;
-  uintptr_t dst, src;
-  size_t size;
-  void *fn;
-  unsigned grid, block, shared;
-  void **params;
-} CuWork;
-
 /* Whether the copier may run work now: the context alive (CUDADriver.alive()). */
 static int cuda_alive(Accel *a) {
   PyObject *dead = PyObject_GetAttr(R(a, DRV), s_dead);
@@ -100,19 +81,11 @@ static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
     return 0;
   c->taken[s] = 1;                             /* under the GIL: ours alone */
   void *stream = (void *)c->stream[s];
-  query_t query = (query_t)c->query;
+  CuEntries e = {(set_ctx_t)c->set_ctx, (void *)c->ctx, (cu_launch_t)c->launch,
+                 (query_t)c->query};
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = ((set_ctx_t)c->set_ctx)((void *)c->ctx);
-  if (rc == 0)
-    rc = w->launch ? ((cu_launch_t)c->launch)(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared,
-                                              stream, w->params, NULL)
-                   : w->copy(w->dst, w->src, w->size, stream);
-  if (rc == 0 && (rc = query(stream)) == CU_NOT_READY) {
-    double until = seconds() + c->spin;
-    while ((rc = query(stream)) == CU_NOT_READY && seconds() < until)
-      ;
-  }
+  rc = cuda_run_spin(&e, w, stream, c->spin);
   Py_END_ALLOW_THREADS
   if (rc == CU_NOT_READY) {
     PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};

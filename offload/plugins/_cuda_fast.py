@@ -1,12 +1,15 @@
 """Synchronous CUDA operations in one call: make the context current, enqueue a copy or a
 kernel, spin on the stream until it is done (the GIL released throughout).
 
-A small C helper, compiled once per compiler into offload's cache (like compile_c), calls
-the driver through function pointers taken from the driver library offload already
-loaded, so it links against nothing. Without a C compiler the plugin keeps its Python
-path (`load` returns None); results are the same, only slower."""
+A small C helper (accel_c/cuda_work.c, the one C unit of "enqueue then spin" that the
+accelerator also includes, then plugins/cuda_fast.c), compiled once per compiler into
+offload's cache (like compile_c), calls the driver through function pointers taken from
+the driver library offload already loaded, so it links against nothing. Without a C
+compiler the plugin keeps its Python path (`load` returns None); results are the same,
+only slower."""
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -16,56 +19,19 @@ from ..compiler import compile_c
 from ..errors import OffloadError
 from ._libc import dlopen_bytes
 
-SOURCE = r"""
-#include <stddef.h>
-#include <stdint.h>
-#include <time.h>
+_HERE = os.path.dirname(os.path.abspath(__file__))
+PARTS = (os.path.join(_HERE, os.pardir, "accel_c", "cuda_work.c"),   # the shared C unit
+         os.path.join(_HERE, "cuda_fast.c"))                          # its two exports
 
-typedef int (*set_ctx_t)(void *);
-typedef int (*copy_t)(uintptr_t, uintptr_t, size_t, void *);
-typedef int (*query_t)(void *);
-typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, void *, void **, void **);
 
-#define NOT_READY 600                     /* CUDA_ERROR_NOT_READY */
+def source() -> str:
+    """The helper's C source: the shared unit of "enqueue then spin", then the exports."""
+    texts = []
+    for part in PARTS:
+        with open(part, encoding="utf-8") as f:
+            texts.append(f.read())
+    return "\n".join(texts)
 
-static double seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Poll query(stream) until it is not NOT_READY, for at most `spin` seconds. */
-static int spin_on(query_t query, void *stream, double spin) {
-  int rc = query(stream);
-  if (rc != NOT_READY)
-    return rc;
-  double until = seconds() + spin;
-  while ((rc = query(stream)) == NOT_READY && seconds() < until)
-    ;
-  return rc;
-}
-
-/* copy(dst, src, size, stream) (cuMemcpyHtoDAsync or cuMemcpyDtoHAsync), then wait.
-   Returns the first error, or NOT_READY when the copy outlasts the spin. */
-int offload_copy_wait(void *set_ctx, void *ctx, void *copy, uintptr_t dst, uintptr_t src,
-                      size_t size, void *query, void *stream, double spin) {
-  int rc = ((set_ctx_t)set_ctx)(ctx);
-  if (rc == 0)
-    rc = ((copy_t)copy)(dst, src, size, stream);
-  return rc ? rc : spin_on((query_t)query, stream, spin);
-}
-
-/* cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, stream, params, NULL), then wait. */
-int offload_launch_wait(void *set_ctx, void *ctx, void *launch, void *fn, unsigned grid,
-                        unsigned block, unsigned shared, void *stream, void **params,
-                        void *query, double spin) {
-  int rc = ((set_ctx_t)set_ctx)(ctx);
-  if (rc == 0)
-    rc = ((launch_t)launch)(fn, grid, 1, 1, block, 1, 1, shared, stream, params, NULL);
-  return rc ? rc : spin_on((query_t)query, stream, spin);
-}
-"""
 
 CDEF = """
 int offload_copy_wait(void *, void *, void *, uintptr_t, uintptr_t, size_t, void *, void *,
@@ -86,7 +52,7 @@ def load() -> Any:
     with _lock:
         if not _loaded:
             try:
-                binary = compile_c(SOURCE).binaries[0]
+                binary = compile_c(source()).binaries[0]
                 _loaded.append(dlopen_bytes(_ffi, binary.data, "cuda-fast",
                                             "the CUDA wait helper"))
             except (OffloadError, OSError):

@@ -257,3 +257,20 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
         offload.target(k.inc, a, -1, device=0)          # negative: Python packs and runs
     assert (a == 0).all()                                # the host kernel never ran
     assert specs[0] == ("inc", 3, 64, 0)
+
+
+def test_enqueue_then_spin_is_one_c_unit_in_a_c_file():
+    """"Make the context current, enqueue, spin" is written once, in accel_c/cuda_work.c:
+    the accelerator includes it and the helper compiles it first; no module of offload
+    holds C source in a Python string."""
+    import pathlib
+    root = pathlib.Path(offload.__file__).parent
+    unit = (root / "accel_c" / "cuda_work.c").read_text()
+    assert _cuda_fast.source().startswith(unit)
+    assert '#include "cuda_work.c"' in (root / "accel_c" / "accel.c").read_text()
+    sources = [*root.rglob("*.c"), *root.rglob("*.py")]
+    spins = [p.name for p in sources if "== CU_NOT_READY && seconds()" in p.read_text()]
+    assert spins == ["cuda_work.c"]
+    in_python = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "#include <stdint.h>" in p.read_text()]
+    assert in_python == [], f"C source held in Python strings: {in_python}"

@@ -1,0 +1,57 @@
+/* One CUDA operation in C, without Python: make the context current, enqueue a copy or a
+ * kernel launch, spin on the stream. The one C unit of "enqueue then spin", shared by the
+ * accelerator (accel.c includes it; update.c's on_stream) and the CUDA plugin's one-call
+ * helper (plugins/_cuda_fast.py compiles this file followed by plugins/cuda_fast.c).
+ * The driver is reached through entry points handed in, so nothing links against it. */
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef int (*set_ctx_t)(void *);
+typedef int (*cu_copy_t)(uintptr_t, uintptr_t, size_t, void *);
+typedef int (*query_t)(void *);
+typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void *, void **, void **);
+#define CU_NOT_READY 600                  /* CUDA_ERROR_NOT_READY */
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* What one CUDA operation enqueues: a copy or a kernel launch (run without the GIL). */
+typedef struct {
+  int launch;                      /* 0: copy(dst, src, size), 1: launch */
+  cu_copy_t copy;
+  uintptr_t dst, src;
+  size_t size;
+  void *fn;
+  unsigned grid, block, shared;
+  void **params;
+} CuWork;
+
+/* The driver entry points an operation needs. */
+typedef struct {
+  set_ctx_t set_ctx;
+  void *ctx;
+  cu_launch_t launch;
+  query_t query;
+} CuEntries;
+
+/* Run `w` on `stream` and spin on the stream for at most `spin` seconds. Returns the first
+ * driver error, 0 when done, or CU_NOT_READY when the work outlasts the spin (the caller
+ * then polls, so that Ctrl-C is delivered). */
+static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, double spin) {
+  int rc = e->set_ctx(e->ctx);
+  if (rc == 0)
+    rc = w->launch ? e->launch(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared, stream,
+                               w->params, NULL)
+                   : w->copy(w->dst, w->src, w->size, stream);
+  if (rc == 0 && (rc = e->query(stream)) == CU_NOT_READY) {
+    double until = seconds() + spin;
+    while ((rc = e->query(stream)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  return rc;
+}
