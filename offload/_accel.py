@@ -1,11 +1,11 @@
-"""The accelerator: MappingTable.begin_plain/end_plain in C for devices whose memory is
-host memory (the host plugin).
+"""The accelerator: MappingTable.begin_single_range/end_single_range in C for devices
+whose memory is host memory (the host plugin).
 
 A CPython extension (offload/accel_c/accel.c and the parts it includes) built once per
 Python and source into offload's
 cache with the C compiler, loaded from an anonymous memory file like compile_c's images.
 Its two calls work on the Python table's own structures and call the Python methods for
-every case that is not the plain one, having changed nothing; the Python code stays the
+every case that is not the single-range one, having changed nothing; the Python code stays the
 owner of the rules. Without a compiler or Python's headers (or with OFFLOAD_ACCEL=0, or on
 a free-threaded Python, whose GIL-free threads it does not expect) tables keep the Python
 methods: the same results, slower.
@@ -117,25 +117,26 @@ def new_lock(config: _config.Config) -> Any:
     return threading.Lock() if module is None else module.Lock()
 
 
-def plain_function(config: _config.Config, ndarray: type, not_plain: int,
+def single_range_function(config: _config.Config, ndarray: type, not_single_range: int,
                    python: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
-    """MapClause.plain (`python`) in C, as a function of the clause, or None without the
+    """MapClause.single_range (`python`) in C, as a function of the clause, or None without the
     extension or with OFFLOAD_ACCEL=0."""
     module = load() if config.accel else None
     if module is None:
         return None
-    module.plain_setup(ndarray, not_plain, python)
-    return module.plain  # type: ignore[no-any-return]
+    module.single_range_setup(ndarray, not_single_range, python)
+    return module.single_range  # type: ignore[no-any-return]
 
 
 def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]
                ) -> tuple[Callable[..., Any] | None, ...] | None:
-    """(begin_plain, end_plain, update_plain, present, release, update_arrays) in C for
-    `table`, each None where the Python method stays, or None for all. present/release:
-    the first half of a region on mapped data and release_busy for the entries it marked
-    (target.py); update_arrays: target_update of one plain array (api.py). The C
+    """(begin_single_range, end_single_range, update_single_range, present, release,
+    update_arrays) in C for `table`, each None where the Python method stays, or None for
+    all. present/release: the first half of a region on mapped data and release_busy for
+    the entries it marked (target.py); update_arrays: target_update of one whole array
+    (api.py). The C
     calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what they
     do not take; `release_py` frees an entry whose last copy back ran unlocked.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;

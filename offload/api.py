@@ -180,14 +180,15 @@ def _construct(fn: Any, items: list[MapItem], dev: Device | None,
     return _current().nowait.spawn(run, items, depend=deps)
 
 
-def _plain(maps: Sequence[Any], dev: Device | None, nowait: bool,
+def _single_range_clause(maps: Sequence[Any], dev: Device | None, nowait: bool,
            depend: Sequence[Handle]) -> tuple[int, int, int, np.ndarray, bool] | None:
-    """A data construct's one clause as MappingTable.begin_plain/end_plain take it, when
-    it is plain (MapClause.plain), synchronous and the table is not observed; else None."""
+    """A data construct's one clause as MappingTable.begin_single_range/end_single_range
+    take it, when it is a single range (MapClause.single_range), synchronous and the table
+    is not observed; else None."""
     if len(maps) != 1 or dev is None or nowait or depend or dev.table.observed:
         return None
     m = maps[0]
-    return dev.table.plain_of(m) if type(m) is MapClause else None
+    return dev.table.single_range_of(m) if type(m) is MapClause else None
 
 
 @operation
@@ -210,9 +211,9 @@ def target_enter_data(*maps: Any, device: int | None = None,
             full. Every clause already applied is undone first.
     """
     dev = _current().construct_device(device)
-    plain = _plain(maps, dev, nowait, depend)
-    if plain is not None and dev is not None:    # the common case, in fewer steps
-        dev.table.begin_plain(*plain)
+    single = _single_range_clause(maps, dev, nowait, depend)
+    if single is not None and dev is not None:   # the common case, in fewer steps
+        dev.table.begin_single_range(*single)
         return None
     items = map_items(maps, MapType.TO, "target_enter_data")
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait,
@@ -238,9 +239,9 @@ def target_exit_data(*maps: Any, device: int | None = None,
         OffloadError: INVALID_ARGUMENT for a `present` clause whose data is absent.
     """
     dev = _current().construct_device(device)
-    plain = _plain(maps, dev, nowait, depend)
-    if plain is not None and dev is not None:    # the common case, in fewer steps
-        dev.table.end_plain(*plain[:4])
+    single = _single_range_clause(maps, dev, nowait, depend)
+    if single is not None and dev is not None:   # the common case, in fewer steps
+        dev.table.end_single_range(*single[:4])
         return None
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
@@ -279,9 +280,9 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     if not nowait and not depend and stream is None:
         if dev is not None and not dev.table.observed:
             arrays = dev.table.update_arrays
-            if arrays is not None and arrays(to, from_):   # one plain array, one C call
+            if arrays is not None and arrays(to, from_):   # one whole array, one C call
                 return None
-        motions = _plain_motions(to, from_)
+        motions = _whole_array_motions(to, from_)
         if motions is not None:                # the common case: arrays, nothing else
             if dev is not None:
                 table = dev.table
@@ -302,10 +303,10 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
         return _update_on_stream(dev, items, strided, queue, nowait, depend)
     if strided and dev is not None:
         table = dev.table
-        plain = table.target_data_update
+        contiguous = table.target_data_update
 
         def update(items: list[MapItem]) -> None:
-            plain(items)
+            contiguous(items)
             for arr, to_device, present in strided:
                 _update_strided(dev, arr, to_device, present)
         return _construct(update, items, dev, nowait, depend)
@@ -313,7 +314,7 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
                       depend)
 
 
-def _plain_motions(to: Any, from_: Any) -> list[MapItem] | None:
+def _whole_array_motions(to: Any, from_: Any) -> list[MapItem] | None:
     """The items of an update whose lists hold only contiguous, writeable-where-needed
     numpy arrays of plain dtypes (built without clause objects); None for anything else
     (the general path then checks and explains it)."""
@@ -340,9 +341,9 @@ def _update_on_stream(dev: Any, items: list[MapItem],
     deps = check_depend(depend) if depend else ()
     generic, table = dev.generic, dev.table
     queue_after(deps, generic, queue)
-    hold: list = []
+    busy: list = []
     try:
-        table.target_data_update(items, queue, hold=hold)
+        table.target_data_update(items, queue, kept_busy=busy)
         if strided:                          # strided copies run on queues of their own
             dev.synchronize(queue)
             for arr, to_device, present in strided:
@@ -350,16 +351,16 @@ def _update_on_stream(dev: Any, items: list[MapItem],
         table.dump_if_asked()
         if nowait:
             h = _current().nowait.watch(generic, queue,
-                                        functools.partial(table.release_busy, hold))
-            hold = []
+                                        functools.partial(table.release_busy, busy))
+            busy = []
             return h
         dev.synchronize(queue)
         return None
     finally:
-        if hold:                             # an error: nothing may still use them
+        if busy:                             # an error: nothing may still use them
             with contextlib.suppress(Exception):
                 dev.synchronize(queue)
-            table.release_busy(hold)
+            table.release_busy(busy)
 
 
 def _strided_out(seq: Any, what: str, to_device: bool,

@@ -83,7 +83,7 @@ class MapItem:
         return what
 
 
-_NOT_PLAIN = ~0x3                 # any bit but TO and FROM
+_NOT_SINGLE_RANGE = ~0x3                 # any bit but TO and FROM
 
 
 class MapClause:
@@ -109,13 +109,14 @@ class MapClause:
         p, n = span(arr)
         return MapItem(p, n, self.type, arr, self.name, not arr.flags.writeable)
 
-    def plain(self) -> tuple[int, int, int, np.ndarray, bool] | None:
+    def single_range(self) -> tuple[int, int, int, np.ndarray, bool] | None:
         """(address, size, type, array, read-only) when the clause has no bits but TO and
         FROM and maps a non-empty C-contiguous numpy array of a plain dtype (writeable if
-        FROM): what MappingTable.begin_plain/end_plain take. None for anything else."""
+        FROM): what MappingTable.begin_single_range/end_single_range take. None for anything
+        else."""
         arr = self.array
         t = int(self.type)
-        if type(arr) is not np.ndarray or t & _NOT_PLAIN:
+        if type(arr) is not np.ndarray or t & _NOT_SINGLE_RANGE:
             return None
         flags = arr.flags
         n = arr.nbytes

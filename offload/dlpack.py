@@ -182,20 +182,20 @@ def _wait_producer(stream: int | None) -> None:
                 fn(stream)
 
 
-_BUILTIN_PLAIN = (int, float, bool, bytes, bytearray, memoryview)
+_BUILTIN_HOST = (int, float, bool, bytes, bytearray, memoryview)
 
 
-def _plain(obj: Any) -> bool:
+def _host_data(obj: Any) -> bool:
     """Host data for certain (numpy is looked at only past the built-in types: a C
     program passes ints, and its library's interpreter loads numpy on first need)."""
-    return obj is None or isinstance(obj, _BUILTIN_PLAIN) or \
+    return obj is None or isinstance(obj, _BUILTIN_HOST) or \
         isinstance(obj, (np.ndarray, np.generic))
 
 
 def is_foreign(obj: Any) -> bool:
     """Whether `obj` is a foreign device array (CUDA Array Interface, or DLPack on a GPU),
     or offload's own device_array (`__offload_device_pointer__`, on any plugin)."""
-    if _plain(obj):
+    if _host_data(obj):
         return False
     if hasattr(type(obj), "__offload_device_pointer__") or \
             hasattr(type(obj), "__cuda_array_interface__"):
@@ -210,7 +210,7 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
     """(device pointer, bytes) of a foreign device array (CUDA Array Interface v3, or
     DLPack on a CUDA/ROCm device), else None. Work the producer queued on the stream it
     names has finished when this returns; the pointer is valid while `obj` lives."""
-    if _plain(obj):
+    if _host_data(obj):
         return None
     own = getattr(type(obj), "__offload_device_pointer__", None)
     if own is not None:              # offload's own device_array, on any plugin

@@ -180,7 +180,7 @@ def _region(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
 def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Device,
            teams: int | None, threads: int | None, shared_mem: int) -> bool:
     """The two common regions without a caller's queue, in fewer steps: every array
-    argument mapped already, or one plain clause on a synchronous device. False, with
+    argument mapped already, or one single-range clause on a synchronous device. False, with
     nothing done, for any other region."""
     if dev.table.observed:
         return False
@@ -188,7 +188,7 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
         return _target_on_present(k, args, dev, teams, threads, shared_mem)
     return len(maps) == 1 and type(maps[0]) is MapClause and \
         dev.generic.queues.synchronous and \
-        _target_plain(k, args, maps[0], dev, teams, threads, shared_mem)
+        _target_single_range(k, args, maps[0], dev, teams, threads, shared_mem)
 
 
 def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]:
@@ -315,28 +315,28 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
     return kept if on_stream else None
 
 
-def _target_plain(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Device,
+def _target_single_range(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Device,
                   teams: int | None, threads: int | None, shared_mem: int) -> bool:
-    """The region of one plain clause (TO/FROM bits only, over a C-contiguous array that
+    """The region of one single-range clause (TO/FROM bits only, over a C-contiguous array that
     is its only array argument) on a device whose work is synchronous, through the table's
-    begin_plain/end_plain. False, with nothing done, for any other region."""
+    begin_single_range/end_single_range. False, with nothing done, for any other region."""
     table = dev.table
-    plain = table.plain_of(m)
-    if plain is None:
+    single = table.single_range_of(m)
+    if single is None:
         return False
-    p, n, t, arr, read_only = plain
+    p, n, t, arr, read_only = single
     for a in args:
         if type(a) is np.ndarray and a is not arr:
             return False
     busy: list = []
-    tgt = table.begin_plain(p, n, t, arr, read_only, busy)
+    tgt = table.begin_single_range(p, n, t, arr, read_only, busy)
     try:
         dev.generic.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams,
                            threads, None, shared_mem)
     except BaseException:
-        table.end_plain(p, n, t, arr, busy[0], copy_back=False)
+        table.end_single_range(p, n, t, arr, busy[0], copy_back=False)
         raise
-    table.end_plain(p, n, t, arr, busy[0])
+    table.end_single_range(p, n, t, arr, busy[0])
     return True
 
 

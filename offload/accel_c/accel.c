@@ -4,7 +4,7 @@
  * It works on the Python table's own structures (the _by_start dict, the sorted _starts
  * and _entries lists, HostDataToTarget objects) and the device's allocation records and
  * pool, so the Python code stays the owner of every rule: whenever a case is not the
- * plain one (an overlap, an entry being made or in use by others, a waiter, pinned
+ * single-range one (an overlap, an entry being made or in use by others, a waiter, pinned
  * memory, a pool without a block of the size, a lock held by another thread), it calls
  * the Python method instead, having changed nothing. Locks are the table's and the
  * device's own, taken without blocking. On host memory, copies up to `limit` bytes are a
@@ -15,7 +15,7 @@
  * launch run through the driver's entry points on streams of the device.
  *
  * The parts, included here in this order as one translation unit (their functions stay
- * static): lock.c, common.c, plain.c, update.c, present.c, clauses.c, operation.c; this
+ * static): lock.c, common.c, single_range.c, update.c, present.c, clauses.c, operation.c; this
  * file adds the accelerator object of a table, its bound methods and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,7 +29,7 @@
 #include "cuda_work.c"
 #include "lock.c"
 #include "common.c"
-#include "plain.c"
+#include "single_range.c"
 #include "update.c"
 #include "present.c"
 #include "clauses.c"
@@ -63,7 +63,7 @@ static PyTypeObject AccelType = {
     .tp_clear = (inquiry)Accel_clear,
 };
 
-/* begin_plain or end_plain of one table: a callable bound to its Accel. */
+/* begin_single_range or end_single_range of one table: a callable bound to its Accel. */
 typedef struct {
   PyObject_HEAD
   Accel *owner;
@@ -105,7 +105,7 @@ static PyTypeObject MethodType = {
     .tp_dealloc = (destructor)Method_dealloc,
     .tp_traverse = (traverseproc)Method_traverse,
     .tp_clear = (inquiry)Method_clear,
-    .tp_doc = "MappingTable.begin_plain or end_plain, in C for the plain cases.",
+    .tp_doc = "MappingTable.begin_single_range or end_single_range, in C for the single-range cases.",
 };
 
 static PyObject *bound(Accel *a, vectorcallfunc fn) {
@@ -122,8 +122,8 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 
 /* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)
- * -> (begin_plain, end_plain, update_plain, present, release, update_arrays)
- * -> (begin_plain, end_plain). The table's lock, dict and lists, the device's lock,
+ * -> (begin_single_range, end_single_range, update_single_range, present, release, update_arrays)
+ * -> (begin_single_range, end_single_range). The table's lock, dict and lists, the device's lock,
  * allocation records, pool and statistics are taken now: they must be changed in place
  * for the table's lifetime. */
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
@@ -276,15 +276,16 @@ bad:
 }
 
 static PyMethodDef methods[] = {
-    {"plain_setup", plain_setup, METH_VARARGS,
-     "plain_setup(ndarray, not_plain, python_plain): the array type, the map-type bits plain "
-     "refuses, MapClause.plain for arrays without a C-contiguous buffer."},
-    {"plain", plain, METH_O,
-     "plain(clause) -> MapClause.plain(clause): (address, size, type, array, read-only) or "
+    {"single_range_setup", single_range_setup, METH_VARARGS,
+     "single_range_setup(ndarray, not_single_range, python_single_range): the array type, "
+     "the map-type bits single_range refuses, "
+     "refuses, MapClause.single_range for arrays without a C-contiguous buffer."},
+    {"single_range", single_range, METH_O,
+     "single_range(clause) -> MapClause.single_range(clause): (address, size, type, array, read-only) or "
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
-     "release_py, update_py, limit, stage, copier) -> (begin_plain, end_plain, update_plain, "
+     "release_py, update_py, limit, stage, copier) -> (begin_single_range, end_single_range, update_single_range, "
      "present, release, update_arrays) "
      "for one MappingTable."},
     {NULL, NULL, 0, NULL}};

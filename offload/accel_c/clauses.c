@@ -1,12 +1,12 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): MapClause.plain through the
+/* Part of the accelerator (offload/accel_c/accel.c includes it): MapClause.single_range through the
  * buffer protocol. */
 
-/* plain(clause): MapClause.plain in one call (the buffer protocol gives the address, size,
- * C-contiguity and writability at once). Set up by plain_setup(ndarray, not_plain). */
-static PyObject *plain_py, *s_array, *s_type;
-static long not_plain = -1;
+/* single_range(clause): MapClause.single_range in one call (the buffer protocol gives the address, size,
+ * C-contiguity and writability at once). Set up by single_range_setup(ndarray, not_single_range). */
+static PyObject *single_range_py, *s_array, *s_type;
+static long not_single_range = -1;
 
-static PyObject *plain_setup(PyObject *mod, PyObject *args) {
+static PyObject *single_range_setup(PyObject *mod, PyObject *args) {
   PyObject *type, *py;
   long mask;
   (void)mod;
@@ -15,13 +15,13 @@ static PyObject *plain_setup(PyObject *mod, PyObject *args) {
   Py_INCREF(type);
   Py_XSETREF(ndarray_type, type);
   Py_INCREF(py);
-  Py_XSETREF(plain_py, py);
-  not_plain = mask;
+  Py_XSETREF(single_range_py, py);
+  not_single_range = mask;
   Py_RETURN_NONE;
 }
 
-/* -1: no buffer (ask Python); 0: not plain; 1: plain, *p, *n, *ro set. */
-static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop) {
+/* -1: no buffer (ask Python); 0: not a whole array; 1: a whole array, *p, *n, *ro set. */
+static int whole_array_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop) {
   Py_buffer v;
   if (PyObject_GetBuffer(arr, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
     PyErr_Clear();                 /* not C-contiguous, or a dtype buffers do not carry */
@@ -35,10 +35,10 @@ static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, i
   return !(objects || *np_ <= 0 || (*rop && (t & 2)));
 }
 
-static PyObject *plain(PyObject *mod, PyObject *clause) {
+static PyObject *single_range(PyObject *mod, PyObject *clause) {
   (void)mod;
   if (!ndarray_type) {
-    PyErr_SetString(PyExc_RuntimeError, "offload accelerator: plain_setup not called");
+    PyErr_SetString(PyExc_RuntimeError, "offload accelerator: single_range_setup not called");
     return NULL;
   }
   PyObject *arr = PyObject_GetAttr(clause, s_array);
@@ -50,15 +50,15 @@ static PyObject *plain(PyObject *mod, PyObject *clause) {
   long t = PyLong_AsLong(to);
   if (t == -1 && PyErr_Occurred())
     goto out;
-  if (t & not_plain)
+  if (t & not_single_range)
     goto out;
   uintptr_t p;
   Py_ssize_t n;
-  int ro, got = plain_buffer(arr, t, &p, &n, &ro);
+  int ro, got = whole_array_buffer(arr, t, &p, &n, &ro);
   if (got < 0) {
     Py_DECREF(arr);
     Py_DECREF(to);
-    return PyObject_CallOneArg(plain_py, clause);
+    return PyObject_CallOneArg(single_range_py, clause);
   }
   if (!got)
     goto out;

@@ -41,7 +41,7 @@ typedef struct {
 
 #define R(a, i) ((a)->ref[i])
 static PyObject *ndarray_type;
-static int plain_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop);
+static int whole_array_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop);
 #define SLOT(a, o, i) (*(PyObject **)((char *)(o) + (a)->off[i]))
 #define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
 
@@ -206,9 +206,9 @@ static int attr_false(PyObject *o, PyObject *name) {
   return r == 0;
 }
 
-/* Whether a copy of n bytes is one plain memcpy now: nothing pinned on the plugin (so
+/* Whether a copy of n bytes is one memcpy now: nothing pinned on the plugin (so
  * no piece to split off, no pin to take for a mapping), below the staging threshold. */
-static int plain_copy(Accel *a, Py_ssize_t n) {
+static int memcpy_now(Accel *a, Py_ssize_t n) {
   if (a->stage >= 0 && n >= a->stage)
     return 0;
   PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
@@ -266,7 +266,7 @@ static PyObject *fallback(Accel *a, int which, PyObject *const *args, Py_ssize_t
   PyObject *all[8];
   Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
   if (total > 7) {
-    PyErr_SetString(PyExc_TypeError, "begin_plain/end_plain: too many arguments");
+    PyErr_SetString(PyExc_TypeError, "begin_single_range/end_single_range: too many arguments");
     return NULL;
   }
   all[0] = R(a, TABLE);
@@ -275,9 +275,9 @@ static PyObject *fallback(Accel *a, int which, PyObject *const *args, Py_ssize_t
   return PyObject_Vectorcall(R(a, which), all, (size_t)nargs + 1, kwnames);
 }
 
-/* The plain arguments (p, n, t) of both calls: exact ints, 0 < n, t of TO/FROM
+/* The range arguments (p, n, t) of both calls: exact ints, 0 < n, t of TO/FROM
  * bits only, on a table not observed (MappingTable.observed). 0 when not. */
-static int plain_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t *n, long *t) {
+static int range_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t *n, long *t) {
   long long nn, tt;
   if (!as_addr(args[0], p) || !as_size(args[1], &nn) || !as_size(args[2], &tt))
     return 0;

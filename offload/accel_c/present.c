@@ -33,7 +33,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
     PyObject *x = PyTuple_GET_ITEM(given, i);
     if (Py_TYPE(x) == (PyTypeObject *)ndarray_type) {
       int ro;
-      if (i >= 64 || plain_buffer(x, 0, &addr[i], &size[i], &ro) < 0 || !addr[i])
+      if (i >= 64 || whole_array_buffer(x, 0, &addr[i], &size[i], &ro) < 0 || !addr[i])
         goto none;
       any = 1;
     } else if (PyLong_CheckExact(x) || PyFloat_CheckExact(x)) {

@@ -115,7 +115,7 @@ static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
 static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssize_t n) {
   Copier *c = &a->copier;
   if (c->kind == COPY_MEMCPY) {
-    if (!plain_copy(a, n))
+    if (!memcpy_now(a, n))
       return 0;
     void *dst = (void *)(to_device ? tgt : p);
     const void *src = (const void *)(to_device ? p : tgt);
@@ -195,7 +195,7 @@ static int release_one(Accel *a, PyObject *e) {
   return rc;
 }
 
-/* update_plain(p, n, t): MappingTable.update_plain (target_data_update of one item over
+/* update_single_range(p, n, t): MappingTable.update_single_range (target_data_update of one item over
  * [p, p+n), t = TO or FROM): absent data skipped, present data copied now. */
 static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames) {
@@ -203,7 +203,7 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   uintptr_t p;
   Py_ssize_t n;
   long t;
-  if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !plain_args(a, args, &p, &n, &t) ||
+  if (kwnames || nargs != 3 || a->copier.kind == COPY_NONE || !range_args(a, args, &p, &n, &t) ||
       (t != 1 && t != 2))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
   if (!try_table_lock(a))
@@ -249,8 +249,8 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   Py_RETURN_NONE;
 }
 
-/* update_arrays(to, from_): target_update's common call, one plain numpy array in all
- * (exact ndarray, C-contiguous, plain dtype, writeable for FROM), made as update_plain
+/* update_arrays(to, from_): target_update's common call, one whole numpy array in all
+ * (exact ndarray, C-contiguous, plain dtype, writeable for FROM), made as update_single_range
  * makes it: True; None when the lists hold anything else (nothing done: Python path). */
 static PyObject *Accel_update_arrays(Accel *a, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames) {
@@ -268,7 +268,7 @@ static PyObject *Accel_update_arrays(Accel *a, PyObject *const *args, size_t nar
   uintptr_t p;
   Py_ssize_t n;
   int ro;
-  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || plain_buffer(arr, t, &p, &n, &ro) != 1)
+  if (Py_TYPE(arr) != (PyTypeObject *)ndarray_type || whole_array_buffer(arr, t, &p, &n, &ro) != 1)
     Py_RETURN_NONE;
   PyObject *argv[3] = {PyLong_FromUnsignedLongLong((unsigned long long)p),
                        PyLong_FromSsize_t(n), PyLong_FromLong(t)};

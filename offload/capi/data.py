@@ -1,5 +1,5 @@
 """The drop-in's data constructs (__tgt_target_data_begin / end / update and their
-nowait and mapper forms): one plain array section goes to the table's fewer-steps
+nowait and mapper forms): one array section goes to the table's fewer-steps
 methods with its fields read in C (data_one); any other list is decoded and goes
 through the mapping rules, with LLVM 19's INFO lines, OMPT callbacks and table dumps."""
 from __future__ import annotations
@@ -40,22 +40,22 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
 def data_one(loc: Any, export: int, dev: int, base: int, begin: int, size: int, type: int
              ) -> int:
     """A data construct (DATA_EXPORTS[export]) of one component without a mapper, as the
-    library's C body read it: 1 when done here (in fewer steps, maps.plain_one), 0 for
+    library's C body read it: 1 when done here (in fewer steps, maps.single_section), 0 for
     the general path (_data), which gets the construct's own arguments."""
     d = construct_device(dev)
     if d is None:
         return 1
     one = (base, begin, size, type)
-    if ompt.listening or not maps.plain_one(d, *one):
+    if ompt.listening or not maps.single_section(d, *one):
         return 0
-    return 1 if _plain(DATA_EXPORTS[export][1], d, one, loc) else 0
+    return 1 if _run_single_section(DATA_EXPORTS[export][1], d, one, loc) else 0
 
 
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}
 
 
-def _plain(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -> bool:
-    """Run the construct on its one plain component (maps.plain_one) in fewer steps;
+def _run_single_section(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -> bool:
+    """Run the construct on its single section (maps.single_section) in fewer steps;
     False when it is a motion both ways (the general path)."""
     _, begin, size, t = one
     t &= 0x3
@@ -63,19 +63,20 @@ def _plain(kind: str, d: Any, one: tuple[int, int, int, int], loc: Any = None) -
         return False
     try:
         if kind == "begin":
-            d.table.begin_plain(begin, size, t, None)
+            d.table.begin_single_range(begin, size, t, None)
         elif kind == "end":
-            d.table.end_plain(begin, size, t, None)
+            d.table.end_single_range(begin, size, t, None)
         else:
-            d.table.update_plain(begin, size, t)
+            d.table.update_single_range(begin, size, t)
     except OffloadError as exc:
         construct_failed(loc, exc)
     return True
 
 
 def _apply(kind: str, d: Any, args: list[maps.Arg], bases: Any, loc: Any) -> None:
-    one = maps.plain(d, args)
-    if one is not None and _plain(kind, d, (one.base, one.begin, one.size, one.type), loc):
+    one = maps.single_section_arg(d, args)
+    if one is not None and _run_single_section(kind, d, (one.base, one.begin, one.size,
+                                                         one.type), loc):
         return
     try:
         if kind == "begin":

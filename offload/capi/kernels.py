@@ -81,16 +81,16 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         return OFFLOAD_SUCCESS
     table = dev.table
     busy: list = []          # the region's entries stay while its kernel runs (as target())
-    one = maps.plain(dev, args)
+    one = maps.single_section_arg(dev, args)
     if one is not None:                          # one array section: in fewer steps
         p, n, t = one.begin, one.size, one.type & 0x3
-        one.tgt = table.begin_plain(p, n, t, None, False, busy)
+        one.tgt = table.begin_single_range(p, n, t, None, False, busy)
         try:
             _run_with_args(dev, fn, name, given, teams, threads, tripcount)
         except BaseException:
-            table.end_plain(p, n, t, None, busy[0], copy_back=False)
+            table.end_single_range(p, n, t, None, busy[0], copy_back=False)
             raise
-        table.end_plain(p, n, t, None, busy[0])
+        table.end_single_range(p, n, t, None, busy[0])
         return OFFLOAD_SUCCESS
     items = maps.begin(dev, args, bases, busy)
     try:
@@ -174,14 +174,15 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     """A region (KERNEL_EXPORTS[export]) whose map list is empty or one component without
     a mapper, as the library's C body read it: the region run here when nothing watches
     the table (no OMPT tool, no LIBOMPTARGET_INFO: target_kernel's general path prints and
-    reports) and the component is plain (maps.plain_one); KERNEL_GENERAL otherwise."""
+    reports) and the component is a single section (maps.single_section); KERNEL_GENERAL
+    otherwise."""
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
     if ompt.listening or d.table.observed:
         return KERNEL_GENERAL
     if n:
-        if not maps.plain_one(d, base, begin, size, type):
+        if not maps.single_section(d, base, begin, size, type):
             return KERNEL_GENERAL
         a = maps.Arg(base, begin, size, type, None, 0)
         args: tuple[list[maps.Arg], list[maps.Arg]] = ([a], [a])

@@ -189,21 +189,21 @@ def describe(region: str, loc: Any, given: list[Arg]) -> list[str]:
 
 
 # ---- begin / end / update --------------------------------------------------------------
-def plain_one(dev: Device, base: int, begin: int, size: int, type: int) -> bool:
-    """Whether MappingTable.begin_plain/end_plain (update_plain for a motion) take a
-    construct's one component: a non-empty array section from its base, with no bits but
-    TO, FROM and TARGET_PARAM, on a table not observed (the one rule of the drop-in's
-    fewer-steps path)."""
+def single_section(dev: Device, base: int, begin: int, size: int, type: int) -> bool:
+    """Whether MappingTable.begin_single_range/end_single_range (update_single_range for a
+    motion) take a construct's one component: a non-empty array section from its base,
+    with no bits but TO, FROM and TARGET_PARAM, on a table not observed (the one rule of
+    the drop-in's fewer-steps path)."""
     return not (dev.table.observed or type & ~(_TO | _FROM | _TARGET_PARAM) or size <= 0
                 or base != begin)
 
 
-def plain(dev: Device, args: list[Arg]) -> Arg | None:
-    """The list's one component when plain_one takes it; None for anything else."""
+def single_section_arg(dev: Device, args: list[Arg]) -> Arg | None:
+    """The list's one component when single_section takes it; None for anything else."""
     if len(args) != 1:
         return None
     a = args[0]
-    return a if plain_one(dev, a.base, a.begin, a.size, a.type) else None
+    return a if single_section(dev, a.base, a.begin, a.size, a.type) else None
 
 
 def begin(dev: Device, args: list[Arg], bases: Any = None,

@@ -15,7 +15,7 @@ from typing import Any
 from .. import _accel
 from .._lazy import numpy as np
 from .._lazy import numpy_imported
-from ..clauses import _NOT_PLAIN, MapClause, MapItem, MapType, map_items
+from ..clauses import _NOT_SINGLE_RANGE, MapClause, MapItem, MapType, map_items
 from ..config import Info
 from ..entries import INF, HostDataToTarget
 from ..plugins.common import AllocKind, GenericPlugin
@@ -33,32 +33,33 @@ class MappingTable(Begin, End):
     def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
         super().__init__(plugin, device, number, info)
         fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
-                                 MappingTable.begin_plain, MappingTable.end_plain,
-                                 MappingTable._release, MappingTable.update_plain)
+                                 MappingTable.begin_single_range, MappingTable.end_single_range,
+                                 MappingTable._release, MappingTable.update_single_range)
         #: with the accelerator: a region's arguments on mapped data, marked in use, as
         #: (device arguments, entries) or None; and release_busy for those entries
         self.present: Callable[..., Any] | None = None
         self.release_present: Callable[[list], Any] = self.release_busy
-        #: with the accelerator: target_update(to, from_) of one plain array, done (True),
+        #: with the accelerator: target_update(to, from_) of one whole array, done (True),
         #: or None when the lists hold anything else
         self.update_arrays: Callable[[Any, Any], Any] | None = None
         if fast is not None:
             begin, end, update, present, release, arrays = fast
             self.update_arrays = arrays
             if begin is not None and end is not None:
-                self.begin_plain, self.end_plain = begin, end  # type: ignore[method-assign]
+                self.begin_single_range, self.end_single_range = begin, end  # type: ignore[method-assign]
             if update is not None:
-                self.update_plain = update                 # type: ignore[method-assign]
+                self.update_single_range = update                 # type: ignore[method-assign]
             if present is not None and release is not None:
                 self.present, self.release_present = present, release
-        #: MapClause.plain for the constructs on this table (in C with the accelerator)
+        #: MapClause.single_range for the constructs on this table (in C with the accelerator)
         #: (a C program's library, numpy not imported: its constructs make no MapClause)
-        self.plain_of: Callable[[MapClause], Any] = MapClause.plain if not numpy_imported() \
-            else _accel.plain_function(plugin.config, np.ndarray, _NOT_PLAIN, MapClause.plain) \
-            or MapClause.plain
+        python = MapClause.single_range
+        self.single_range_of: Callable[[MapClause], Any] = python if not numpy_imported() \
+            else _accel.single_range_function(plugin.config, np.ndarray, _NOT_SINGLE_RANGE,
+                                              python) or python
 
-    # ---- one plain clause (the common construct), in fewer steps ------------------------
-    def begin_plain(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
+    # ---- one single-range clause (the common construct), in fewer steps ------------------------
+    def begin_single_range(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
                     busy: list[HostDataToTarget] | None = None) -> int:
         """`target_data_begin([item], None, busy)[0]` for one clause mapping [p, p+n)
         (n > 0) whose type has no bits but TO and FROM, on a table without INFO: the same
@@ -99,10 +100,10 @@ class MappingTable(Begin, End):
             busy.append(e)
         return tgt
 
-    def end_plain(self, p: int, n: int, t: int, owner: Any,
+    def end_single_range(self, p: int, n: int, t: int, owner: Any,
                   e: HostDataToTarget | None = None, copy_back: bool = True) -> None:
-        """`target_data_end([item], None, copy_back, own)` for a clause as begin_plain's,
-        then `release_busy([e])` when `e` (the entry begin_plain marked in use for the
+        """`target_data_end([item], None, copy_back, own)` for a clause as begin_single_range's,
+        then `release_busy([e])` when `e` (the entry begin_single_range marked in use for the
         caller) is given: in fewer steps when the mapping starting at p holds the range,
         counts it dynamically and is in use by the caller alone; else through
         target_data_end."""
@@ -139,20 +140,20 @@ class MappingTable(Begin, End):
             assert f is not None
             self._release(f)
 
-    def update_plain(self, p: int, n: int, t: int) -> None:
+    def update_single_range(self, p: int, n: int, t: int) -> None:
         """`target_data_update([item])` for one item over [p, p+n) (n > 0) of type TO or
         FROM, without INFO: copied now when present, skipped when absent."""
         self.target_data_update([MapItem(p, n, MapType(t), None)])
 
     def begin_general(self, p: int, n: int, t: int, owner: Any, read_only: bool = False,
                       busy: list[HostDataToTarget] | None = None) -> int:
-        """begin_plain's effect through target_data_begin (its path for anything else)."""
+        """begin_single_range's effect through target_data_begin (its path for anything else)."""
         return self.target_data_begin([MapItem(p, n, MapType(t), owner, None, read_only)],
                                       None, busy)[0]
 
     def end_general(self, p: int, n: int, t: int, owner: Any,
                     e: HostDataToTarget | None = None, copy_back: bool = True) -> None:
-        """end_plain's effect through target_data_end (its path for anything else)."""
+        """end_single_range's effect through target_data_end (its path for anything else)."""
         try:
             self.target_data_end([MapItem(p, n, MapType(t), owner)], None, copy_back,
                                  () if e is None else (e,))

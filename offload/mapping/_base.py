@@ -94,7 +94,7 @@ class TableState:
         self._leavers: dict[int, int] = {}
         self._holders: dict[int, int] = {}
         self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
-        # on host memory, begin_plain/end_plain in C (the methods below for the rest)
+        # on host memory, begin_single_range/end_single_range in C (the methods below for the rest)
 
     @property
     def info(self) -> int:

@@ -121,10 +121,11 @@ class Motion(TableState):
 
     # ---- update -----------------------------------------------------------
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
-                           hold: list[HostDataToTarget] | None = None) -> None:
+                           kept_busy: list[HostDataToTarget] | None = None) -> None:
         """Copy present items TO and/or FROM the device; absent ones are skipped. With
-        `hold`, the copies are only queued on `queue` and the entries they use stay
-        marked in use, appended to `hold` for `release_busy` once the queue has run."""
+        `kept_busy`, the copies are only queued on `queue` and the entries they use stay
+        marked in use, appended to `kept_busy` for `release_busy` once the queue has run
+        (not OpenMP's hold: the ompx_hold count is the clauses' `hold=`)."""
         for it in items:
             if it.read_only and int(it.type) & _FROM:
                 raise error([f"cannot update read-only memory at 0x{it.host:x} "
@@ -146,15 +147,15 @@ class Motion(TableState):
                     self._copy_to(p, tgt, n, e.name, queue, e, _TO, motion=True)
                 if t & _FROM:
                     self._copy_from(p, tgt, n, e.name, queue, e, _FROM, motion=True)
-                if queue is not None and hold is None:
+                if queue is not None and kept_busy is None:
                     self.plugin.synchronize(self.device, queue)
             except BaseException:
-                if hold is not None:
+                if kept_busy is not None:
                     self.plugin.synchronize(self.device, queue)
                 raise
             finally:
-                if hold is None:
+                if kept_busy is None:
                     self.release_busy([e])
                 else:
-                    hold.append(e)
+                    kept_busy.append(e)
 

@@ -39,7 +39,7 @@ class GenericDevice(DeviceHooks):
 
     plugin: Any
     #: device memory is host memory and a synchronous copy is a memcpy (the host plugin):
-    #: MappingTable may then run its plain paths in C (offload/_accel.py)
+    #: MappingTable may then run its single-range paths in C (offload/_accel.py)
     host_memory = False
     unified = False                  # a program on it requires unified_shared_memory
 

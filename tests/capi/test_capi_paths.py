@@ -1,6 +1,6 @@
 """Which path the drop-in's data constructs take (issue 29/26: one eligibility rule,
-maps.plain_one): one plain array section goes to the table's fewer-steps methods
-(begin_plain / end_plain / update_plain, in C with the compiled core); anything else to
+maps.single_section): one plain array section goes to the table's fewer-steps methods
+(begin_single_range / end_single_range / update_single_range, in C with the compiled core); anything else to
 the general rules. Asserted by counting the calls, in-process through the exports'
 bodies, with and without the compiled core (whose fewer-steps methods hand what they
 do not take, absent data for one, to the general rules themselves)."""
@@ -49,7 +49,7 @@ def spied(runtime, monkeypatch, ours):  # noqa: F811
             calls[name] = calls.get(name, 0) + 1
             return real(*args, **kw)
         monkeypatch.setattr(table, name, counted)
-    for name in ("begin_plain", "end_plain", "update_plain", "target_data_begin",
+    for name in ("begin_single_range", "end_single_range", "update_single_range", "target_data_begin",
                  "target_data_end", "target_data_update"):
         spy(name)
     return table, calls, lambda *args, **kw: _construct(lib, *args, **kw)
@@ -74,8 +74,8 @@ def test_one_plain_section_takes_the_fewer_steps_methods(spied):
     _construct("update", a, FROM)
     assert (a == np.arange(1000) + 1).all()
     _construct("end", a, FROM)
-    plain = {k: calls.get(k, 0) for k in ("begin_plain", "update_plain", "end_plain")}
-    assert plain == {"begin_plain": 1, "update_plain": 2, "end_plain": 1}, calls
+    plain = {k: calls.get(k, 0) for k in ("begin_single_range", "update_single_range", "end_single_range")}
+    assert plain == {"begin_single_range": 1, "update_single_range": 2, "end_single_range": 1}, calls
     assert table.lookup(a.ctypes.data, a.nbytes) is None
 
 
@@ -89,7 +89,7 @@ def test_other_updates_take_the_general_rules(spied, t, why):
     _construct("update", a, t)
     assert (_device_copy(table, a) == a).all(), why
     _construct("end", a, 0)
-    assert calls.get("update_plain", 0) == 0 and calls["target_data_update"] == 1, calls
+    assert calls.get("update_single_range", 0) == 0 and calls["target_data_update"] == 1, calls
 
 
 def test_a_section_not_from_its_base_takes_the_general_rules(spied):
@@ -101,14 +101,14 @@ def test_a_section_not_from_its_base_takes_the_general_rules(spied):
     back = _device_copy(table, a)
     assert (back[100:] == a[100:]).all() and (back[:100] == a[:100] - 1).all()
     _construct("end", a, 0)
-    assert calls.get("update_plain", 0) == 0 and calls["target_data_update"] == 1, calls
+    assert calls.get("update_single_range", 0) == 0 and calls["target_data_update"] == 1, calls
 
 
 def test_an_absent_array_is_skipped_by_either_path(spied):
     table, calls, _construct = spied
     a = np.arange(10, dtype=np.int32)
     _construct("update", a, TO)                        # nothing mapped: nothing done
-    assert calls["update_plain"] == 1 and len(table) == 0
+    assert calls["update_single_range"] == 1 and len(table) == 0
 
 
 @pytest.mark.parametrize("watch", ["info", "traced"])
@@ -126,7 +126,7 @@ def test_an_observed_table_takes_the_general_rules(spied, watch):
     _construct("update", a, TO)
     assert (_device_copy(table, a) == a).all()
     _construct("end", a, FROM)
-    assert not any(calls.get(k) for k in ("begin_plain", "update_plain", "end_plain")), calls
+    assert not any(calls.get(k) for k in ("begin_single_range", "update_single_range", "end_single_range")), calls
     assert (calls["target_data_begin"], calls["target_data_update"],
             calls["target_data_end"]) == (1, 1, 1), calls
 
@@ -137,7 +137,7 @@ def test_the_compiled_core_keeps_the_plain_section_in_c(runtime, monkeypatch, ou
     table-level test once read a bool where it wanted an int); with the pure-Python core
     every call is a Python one."""
     from offload import _accel
-    from tests.plain_paths_support import _counting
+    from tests.single_range_support import _counting
     calls = _counting(monkeypatch)                 # tables made after this are counted
     runtime()
     compiled = _accel.load() is not None and offload.runtime.current().config.accel
@@ -194,7 +194,7 @@ def test_regions_of_one_plain_section_through_the_c_body(spied, watch, monkeypat
         m.bump(a)
     assert a[0] == 3 and not a[1:].any()
     assert m.empty() == 0                        # ran on the device, not the host fallback
-    fewer = (calls.get("begin_plain", 0), calls.get("end_plain", 0))
+    fewer = (calls.get("begin_single_range", 0), calls.get("end_single_range", 0))
     general = (calls.get("target_data_begin", 0), calls.get("target_data_end", 0))
     if watch is None:
         assert fewer == (4, 4) and general == (0, 0) and "decode" not in calls, calls

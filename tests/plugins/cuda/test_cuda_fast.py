@@ -1,7 +1,7 @@
 """The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py)
 and the accelerator's CUDA copier and launcher (offload/accel_c), driven through stand-in
 driver functions (cffi callbacks), so they run without a GPU. The GPU suites (test_cuda.py,
-test_cuda_faults.py, test_plain_paths.py) exercise them on the real driver."""
+test_cuda_faults.py, test_single_range_paths.py) exercise them on the real driver."""
 import contextlib
 
 import cffi

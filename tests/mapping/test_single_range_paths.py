@@ -1,4 +1,4 @@
-"""The table's paths for one plain clause (MappingTable.begin_plain / end_plain, taken by
+"""The table's paths for one single-range clause (MappingTable.begin_single_range / end_single_range, taken by
 target regions, target_enter_data and target_exit_data with one to/from/tofrom/alloc clause
 over a whole array) against the general path: the same counts, copies, errors and waits."""
 import os
@@ -11,7 +11,7 @@ import pytest
 
 import offload
 from offload import ErrorCode, OffloadError, _accel
-from tests.plain_paths_support import SRC, _accelerated, _counting, _general_only, _scenario
+from tests.single_range_support import SRC, _accelerated, _counting, _general_only, _scenario
 
 
 @pytest.mark.parametrize("limit", [_accel.LIMIT, 0])
@@ -149,11 +149,11 @@ def test_the_last_exit_waits_for_work_in_flight_on_the_mapping(runtime):
 
 
 def test_plain_in_c_answers_as_mapclause_plain(runtime):
-    """The table's plain_of (MapClause.plain in C with the accelerator) over arrays of every
+    """The table's single_range_of (MapClause.single_range in C with the accelerator) over arrays of every
     layout and dtype kind and clauses of every type."""
     from offload.clauses import MapClause, MapType
     runtime(OFFLOAD_ACCEL=1)
-    plain_of = offload.runtime.current().device(0).table.plain_of
+    single_range_of = offload.runtime.current().device(0).table.single_range_of
     read_only = np.zeros(5)
     read_only.flags.writeable = False
 
@@ -171,7 +171,7 @@ def test_plain_in_c_answers_as_mapclause_plain(runtime):
     for arr in arrays:
         for t in types:
             clause = MapClause(arr, t)
-            got, want = plain_of(clause), MapClause.plain(clause)
+            got, want = single_range_of(clause), MapClause.single_range(clause)
             assert (got is None) == (want is None), (arr.dtype, t)
             if want is not None:
                 plain += 1

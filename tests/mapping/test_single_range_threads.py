@@ -9,7 +9,7 @@ import pytest
 import offload
 from offload import OffloadError, _accel
 from tests.harness import run_threads
-from tests.plain_paths_support import SRC
+from tests.single_range_support import SRC
 
 
 @pytest.mark.parametrize("host_async,limit", [(0, _accel.LIMIT), (1, _accel.LIMIT), (0, 0)])

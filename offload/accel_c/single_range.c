@@ -1,14 +1,14 @@
-/* Part of the accelerator (offload/accel_c/accel.c includes it): one plain clause's map and
- * unmap (begin_plain, end_plain). */
+/* Part of the accelerator (offload/accel_c/accel.c includes it): one single-range clause's map and
+ * unmap (begin_single_range, end_single_range). */
 
-/* begin_plain(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_plain. */
+/* begin_single_range(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_single_range. */
 static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   uintptr_t p;
   Py_ssize_t n;
   long t;
-  if (kwnames || nargs < 4 || nargs > 6 || !plain_args(a, args, &p, &n, &t))
+  if (kwnames || nargs < 4 || nargs > 6 || !range_args(a, args, &p, &n, &t))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
   PyObject *po = args[0], *no = args[1], *owner = args[3];
   PyObject *busy = nargs > 5 ? args[5] : Py_None;
@@ -58,7 +58,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
     if (!as_addr(PyList_GET_ITEM(starts, i + 1), &next) || next < p + (uintptr_t)n)
       goto slow;
   }
-  if (!plain_copy(a, n))
+  if (!memcpy_now(a, n))
     goto slow;
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
   if (!(dev_locked = try_device_lock(a)))
@@ -177,14 +177,14 @@ done:
   return result;
 }
 
-/* end_plain(p, n, t, owner, e=None, copy_back=True), as MappingTable.end_plain. */
+/* end_single_range(p, n, t, owner, e=None, copy_back=True), as MappingTable.end_single_range. */
 static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject *mine = Py_None, *copy_back = Py_True;
   uintptr_t p;
   Py_ssize_t n;
   long t;
-  if (nargs < 4 || nargs > 6 || !plain_args(a, args, &p, &n, &t))
+  if (nargs < 4 || nargs > 6 || !range_args(a, args, &p, &n, &t))
     return fallback(a, END_PY, args, nargs, kwnames);
   if (nargs > 4)
     mine = args[4];
@@ -219,12 +219,12 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   Py_ssize_t at = -1, size = 0;
   uintptr_t tgt = 0;
   PyObject *blocks = NULL, *key = NULL;
-  if (last) {                       /* the copy back and the free must be plain ones */
+  if (last) {                       /* the copy back and the free must take memcpy_now */
     if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, VIEWS) != Py_None ||  /* exported */
         SLOT(a, f, PINNED) != Py_False ||
         SLOT(a, f, OWNED) != Py_True || !as_addr(key = SLOT(a, f, TGT_BEGIN), &tgt) || !tgt ||
         (at = bisect_right(starts, p) - 1) < 0 || PyList_GET_ITEM(entries, at) != f ||
-        !plain_copy(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
+        !memcpy_now(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
       goto slow;
   }
   int big = last && n > a->limit;        /* released outside the locks */

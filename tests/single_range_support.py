@@ -1,4 +1,4 @@
-"""What test_plain_paths.py and its siblings share."""
+"""What test_single_range_paths.py and its siblings share."""
 import numpy as np
 
 import offload
@@ -9,17 +9,17 @@ SRC = "void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
 
 
 def _general_only(monkeypatch):
-    """Route begin_plain/end_plain through target_data_begin/target_data_end (tables made
-    after this; OFFLOAD_ACCEL=0 keeps the C versions away)."""
-    monkeypatch.setattr(MappingTable, "begin_plain", MappingTable.begin_general)
-    monkeypatch.setattr(MappingTable, "end_plain", MappingTable.end_general)
+    """Route begin_single_range/end_single_range through target_data_begin/target_data_end
+    (tables made after this; OFFLOAD_ACCEL=0 keeps the C versions away)."""
+    monkeypatch.setattr(MappingTable, "begin_single_range", MappingTable.begin_general)
+    monkeypatch.setattr(MappingTable, "end_single_range", MappingTable.end_general)
 
 
 def _counting(monkeypatch):
-    """Count the calls that reach the Python begin_plain/end_plain (tables made after
+    """Count the calls that reach the Python begin_single_range/end_single_range (tables made after
     this): all of them without the accelerator, its fallbacks with it."""
     calls = {"begin": 0, "end": 0}
-    begin, end = MappingTable.begin_plain, MappingTable.end_plain
+    begin, end = MappingTable.begin_single_range, MappingTable.end_single_range
 
     def counted_begin(*args, **kw):
         calls["begin"] += 1
@@ -28,14 +28,15 @@ def _counting(monkeypatch):
     def counted_end(*args, **kw):
         calls["end"] += 1
         return end(*args, **kw)
-    monkeypatch.setattr(MappingTable, "begin_plain", counted_begin)
-    monkeypatch.setattr(MappingTable, "end_plain", counted_end)
+    monkeypatch.setattr(MappingTable, "begin_single_range", counted_begin)
+    monkeypatch.setattr(MappingTable, "end_single_range", counted_end)
     return calls
 
 
 def _accelerated() -> bool:
-    """Whether tables on the host run begin_plain/end_plain in C here."""
-    return offload.runtime.current().device(0).table.begin_plain.__class__.__name__ == "Method"
+    """Whether tables on the host run begin_single_range/end_single_range in C here."""
+    table = offload.runtime.current().device(0).table
+    return table.begin_single_range.__class__.__name__ == "Method"
 
 
 def _scenario():
