@@ -12,7 +12,7 @@ from ._lazy import numpy as np
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interop import DeviceArray, dl_device_of
-from .interrupts import defers_interrupts, keep_interrupt
+from .interrupts import finalizer
 from .plugins.memory_pool import AllocKind
 from .runtime import Runtime, operation, release_operation
 from .runtime import current as _current
@@ -132,21 +132,15 @@ def _default(rt: Runtime, dev: Device, dims: tuple[int, ...], dt: np.dtype,
     return out
 
 
-@defers_interrupts             # a finalizer: a Ctrl-C here waits for the next operation
+@finalizer                     # a Ctrl-C here waits for the next operation
 def _unpin(rt: Runtime, dev: Device, addr: int) -> None:
-    try:
-        _give_back(rt, dev.unlock, addr)
-    except KeyboardInterrupt:
-        keep_interrupt()
+    _give_back(rt, dev.unlock, addr)
 
 
-@defers_interrupts
+@finalizer
 def _free(rt: Runtime, dev: Device, addr: int, kind: AllocKind) -> None:
     """The matching free, unless the runtime (and the memory with it) is gone."""
-    try:
-        _give_back(rt, dev.free, addr, kind)
-    except KeyboardInterrupt:
-        keep_interrupt()
+    _give_back(rt, dev.free, addr, kind)
 
 
 @release_operation

@@ -14,7 +14,7 @@ from typing import Any
 from ._lazy import numpy as np
 from .errors import ErrorCode, OffloadError
 from .ffi_cache import ffi_for
-from .interrupts import defers_interrupts
+from .interrupts import defers_interrupts, finalizer
 
 __all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
            "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
@@ -74,11 +74,13 @@ _cast = getattr(_ffi, "_backend", _ffi).cast   # cast without a type-name lookup
 
 
 @_ffi.callback("void(DLManagedTensorVersioned *)")
+@finalizer
 def _delete_versioned(self: Any) -> None:
     _release(int(_cast(_T_UINTPTR, self)))
 
 
 @_ffi.callback("void(DLManagedTensor *)")
+@finalizer
 def _delete_legacy(self: Any) -> None:
     _release(int(_cast(_T_UINTPTR, self)))
 
@@ -86,6 +88,7 @@ def _delete_legacy(self: Any) -> None:
 _UNCONSUMED = {_VERSIONED: _T_VERSIONED, _LEGACY: _T_LEGACY}
 
 
+@finalizer
 def _capsule_destructor(capsule: int) -> None:
     """A capsule nobody consumed: call its tensor's deleter (the DLPack rule). A
     consumer renames what it takes ("used_dltensor..."): nothing to do then."""

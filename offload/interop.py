@@ -20,7 +20,7 @@ from ._lazy import numpy as np
 from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
 from .errors import ErrorCode, OffloadError
-from .interrupts import defers_interrupts
+from .interrupts import defers_interrupts, finalizer
 from .runtime import current as _current
 from .runtime import omp_initial_device, operation, release_operation, resource_operation
 
@@ -179,7 +179,7 @@ def device_array(a: Any, device: int | None = None) -> DeviceArray:
             e.views = {}
         blocks = dev.generic.exported
         blocks.hold(e.tgt_begin)
-        weakref.finalize(view, blocks.release, e.tgt_begin)
+        weakref.finalize(view, _release_block, blocks, e.tgt_begin)
     finally:
         dev.table.release_busy([e])
     return view
@@ -274,6 +274,7 @@ class Queue:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @finalizer
     def __del__(self) -> None:
         # dropped without close(): given back by the next stream() (not here: a
         # finalizer may run where the device's queue lock is held)
@@ -325,6 +326,7 @@ class Event:
         o = self._owner
         return f"<offload.Event on {o.plugin.name} device {o.id} (plugin-local number)>"
 
+    @finalizer
     def __del__(self) -> None:
         owner = self._owner
         if owner is not None and self.event is not None:
@@ -377,3 +379,9 @@ def wait_stream(stream: Any, device: int | None = None) -> None:
     waiter = getattr(dev.plugin, "wait_foreign_stream", None) if dev is not None else None
     if waiter is not None:            # else nothing of that library runs here to wait for
         waiter(stream)
+
+
+@finalizer
+def _release_block(blocks: Any, addr: int) -> None:
+    """A DeviceArray is gone: its block's hold is given back (ExportedBlocks.release)."""
+    blocks.release(addr)

@@ -79,3 +79,23 @@ def keep_interrupt() -> None:
     """A Ctrl-C delivered where it cannot propagate (a finalizer, whose exceptions Python
     ignores) stays pending for the next operation instead of being lost."""
     _Sigint.pending = True
+
+
+def finalizer(fn: F) -> F:
+    """`fn` as a finalizer (a __del__, a weakref.finalize callback, a DLPack deleter):
+    a Ctrl-C in its own frame waits for the next operation (defers_interrupts), and one
+    raised in what it calls is kept pending (keep_interrupt) instead of being dropped
+    with the rest of the finalizer's work, as Python drops a finalizer's exceptions."""
+    defers_interrupts(fn)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            keep_interrupt()
+            return None
+    run.__name__, run.__qualname__, run.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    run.__offload_finalizer__ = True  # type: ignore[attr-defined]
+    defers_interrupts(run)
+    return run  # type: ignore[return-value]

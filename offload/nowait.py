@@ -12,6 +12,7 @@ from typing import Any
 from .completions import Watcher
 from .device import Device
 from .errors import ErrorCode, OffloadError
+from .interrupts import finalizer
 
 _WORKER_PREFIX = "offload-nowait"
 
@@ -43,6 +44,7 @@ class Handle:
                                f"before fork(); it runs there, and a forked child starts "
                                f"with an empty runtime: start the work again in the child")
 
+    @finalizer
     def __del__(self) -> None:
         dev, ev = self.device, self.event
         if ev is not None and dev is not None and os.getpid() == self._pid:

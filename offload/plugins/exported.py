@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ..interrupts import defers_interrupts
 from .memory_pool import AllocKind
 
 Free = Callable[[int, int, AllocKind], None]
@@ -29,6 +30,7 @@ class ExportedBlocks:
         with self._lock:
             self._views[addr] = self._views.get(addr, 0) + 1
 
+    @defers_interrupts       # a finalizer's callee: a Ctrl-C mid-count would lose a hold
     def release(self, addr: int) -> None:
         """A view of `addr` is gone: the last one frees the block if it was freed
         meanwhile, and then the device's teardown, if it waited."""
