@@ -115,3 +115,33 @@ def test_an_interrupt_while_an_event_is_destroyed_is_not_lost(monkeypatch):
     assert calls == [7] and interrupts._Sigint.pending
     ev._owner = None                                   # the real finalizer: nothing left
     monkeypatch.setattr(interrupts._Sigint, "pending", False)
+
+
+def test_a_view_finalizer_inside_a_locked_step_neither_deadlocks_nor_loses_the_release():
+    """The collector may run a DeviceArray's finalizer (ExportedBlocks.release) inside one
+    of the same object's locked steps (the CI hang: release's own step, under the
+    checkpoint injector); the lock is not reentrant, so the release is queued and applied
+    as the step gives the lock back: the orphaned block is freed once, nothing waits."""
+    from offload.plugins.exported import ExportedBlocks
+    from tests.harness import background
+    freed = []
+    blocks = ExportedBlocks(lambda addr, size, kind: freed.append((addr, size)))
+    blocks.hold(0x1000)
+    assert blocks.adopt(0x1000, 64, None)               # freed by the runtime, still viewed
+
+    class Collecting(dict):
+        """_views whose next write runs the view's finalizer, as a collection would."""
+        armed = True
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            if Collecting.armed:
+                Collecting.armed = False
+                blocks.release(0x1000)
+
+    blocks._views = Collecting(blocks._views)
+    t = background(lambda: blocks.hold(0x2000))          # a locked step of its own
+    t.join(10)
+    assert not t.is_alive(), "deadlocked: the finalizer waited for its own thread's lock"
+    assert freed == [(0x1000, 64)] and len(blocks) == 0
+    assert dict(blocks._views) == {0x2000: 1}
