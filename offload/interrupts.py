@@ -3,6 +3,7 @@ an operation waits for the operation's end (its tables stay consistent), then
 KeyboardInterrupt is raised (docs/semantics.md, "Interrupts")."""
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import threading
@@ -88,14 +89,13 @@ def finalizer(fn: F) -> F:
     with the rest of the finalizer's work, as Python drops a finalizer's exceptions."""
     defers_interrupts(fn)
 
+    @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             keep_interrupt()
             return None
-    run.__name__, run.__qualname__, run.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    run.__wrapped__ = fn  # type: ignore[attr-defined]
     run.__offload_finalizer__ = True  # type: ignore[attr-defined]
     defers_interrupts(run)
     return run  # type: ignore[return-value]
