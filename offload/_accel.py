@@ -19,12 +19,12 @@ import os
 import sys
 import sysconfig
 import tempfile
-import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from . import config as _config
+from . import locks
 from .compiler import _read_own, _run, cache_directory
 from .errors import OffloadError
 
@@ -32,7 +32,7 @@ SOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accel_c")
 MAIN = "accel.c"               # includes the other .c files of SOURCES
 LIMIT = 1 << 16          # bytes copied under the table lock at most; larger: outside it
 
-_lock = threading.Lock()
+_lock = locks.new_lock()
 _loaded: list[ModuleType | None] = []          # [module or None], once per process
 _why: list[str] = []                           # why it is None, once known
 _fds: list[int] = []                           # memfds of loaded modules, kept open
@@ -93,7 +93,10 @@ def load() -> ModuleType | None:
     with _lock:
         if not _loaded:
             try:
-                _loaded.append(_build())
+                module = _build()
+                if module is not None:
+                    locks.attach(module)
+                _loaded.append(module)
             except (OffloadError, OSError, ImportError) as exc:
                 _why.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 _loaded.append(None)
@@ -112,9 +115,9 @@ def describe(config: _config.Config) -> str:
 
 def new_lock(config: _config.Config) -> Any:
     """A lock for a table or a device: the extension's Lock (threading.Lock's interface,
-    taken by the C paths directly), or threading.Lock without it."""
+    taken by the C paths directly), or offload.locks.Lock without it; both count steps."""
     module = load() if config.accel else None
-    return threading.Lock() if module is None else module.Lock()
+    return locks.Lock() if module is None else module.Lock()
 
 
 def single_range_function(config: _config.Config, ndarray: type, not_single_range: int,
@@ -155,7 +158,7 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     if not plain and copier is None:
         return None
     begin, end, update, present, release, arrays = module.accelerate(
-        table, dev, plugin, entry_type, kind, threading.Lock, begin_py, end_py, release_py,
+        table, dev, plugin, entry_type, kind, locks.Latch, begin_py, end_py, release_py,
         update_py, LIMIT, plugin.staging_threshold, copier)
     return (begin if plain else None, end if plain else None,
             update if copier is not None else None, present, release,

@@ -9,6 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from . import locks
+
 __all__ = ["Watcher"]
 
 _NAP_S = 20e-6          # between polling rounds that found nothing complete
@@ -19,7 +21,7 @@ class Watcher:
     runs `finish()` and completes the future (with the query's error, if any)."""
 
     def __init__(self) -> None:
-        self._cv = threading.Condition()
+        self._cv = locks.Condition()
         self._pending: list[tuple[Callable[[], bool], concurrent.futures.Future,
                                   Callable[[], None]]] = []
         self._thread: threading.Thread | None = None

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 import types
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from . import locks
 from ._lazy import numpy as np
 from .errors import ErrorCode, OffloadError
 from .ffi_cache import ffi_for
@@ -59,7 +59,7 @@ _is_valid_obj = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_
 
 # what a live capsule needs: kept until its deleter runs
 _alive: dict[int, tuple] = {}
-_alive_lock = threading.Lock()
+_alive_lock = locks.new_lock()
 
 
 def _release(address: int) -> None:

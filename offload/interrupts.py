@@ -11,6 +11,8 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any, TypeVar
 
+from . import locks
+
 #: .rt: the runtime of the operation this thread is in (None outside operations)
 inside = threading.local()
 _MAIN = threading.main_thread().ident
@@ -34,6 +36,15 @@ def defers_interrupts(fn: Any) -> Any:
     holds, a finalizer that gives something back (Python would drop its exception)."""
     _GUARDED.add(fn if isinstance(fn, CodeType) else fn.__code__)
     return fn
+
+
+#: offload.locks' Python locks keep a Ctrl-C for later in their own frames, as a C lock's
+#: acquire and release cannot be interrupted half-way (a lock taken with its step not yet
+#: counted, or given back with it still counted); so does running the deferred work
+for _step in (locks.Lock.acquire, locks.Lock.release, locks.Lock.__exit__,
+              locks.RLock.acquire, locks.RLock.release, locks.RLock.__exit__,
+              locks.in_step, locks.defer, locks.drain):
+    defers_interrupts(_step)
 
 
 def interrupt_waits(frame: Any) -> bool:
@@ -86,12 +97,18 @@ def finalizer(fn: F) -> F:
     """`fn` as a finalizer (a __del__, a weakref.finalize callback, a DLPack deleter):
     a Ctrl-C in its own frame waits for the next operation (defers_interrupts), and one
     raised in what it calls is kept pending (keep_interrupt) instead of being dropped
-    with the rest of the finalizer's work, as Python drops a finalizer's exceptions."""
+    with the rest of the finalizer's work, as Python drops a finalizer's exceptions.
+    Run by the collector inside one of offload's locked steps, it runs as its thread
+    leaves the step (offload.locks: its work takes those locks, which are not reentrant)."""
     defers_interrupts(fn)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
+            if locks.in_step():
+                locks.defer(functools.partial(run, *args, **kwargs))
+                return None
+            locks.drain()                        # earlier work first, in order
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             keep_interrupt()

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import locks
 from .completions import Watcher
 from .device import Device
 from .errors import ErrorCode, OffloadError
@@ -97,7 +98,7 @@ class NowaitPool:
     def __init__(self, runtime: Any, workers: int = 8):
         self._runtime = runtime
         self._workers = workers
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handles: dict[int, list[Handle]] = {}     # spawning thread -> its handles
         self._watcher: Watcher | None = None            # completes Stream work's handles

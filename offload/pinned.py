@@ -10,6 +10,7 @@ import enum
 import threading
 from typing import Any, Protocol
 
+from . import locks
 from .errors import ErrorCode, OffloadError
 
 
@@ -72,7 +73,7 @@ class PinnedMap:
     def __init__(self, lock: Any = None) -> None:
         """`lock`: the lock to guard the map with (threading.Lock's interface; default a
         new threading.Lock)."""
-        self._lock = threading.Lock() if lock is None else lock
+        self._lock = locks.new_lock() if lock is None else lock
         self._starts: list[int] = []
         self._entries: list[PinnedEntry] = []
 
@@ -111,10 +112,8 @@ class PinnedMap:
 
     @staticmethod
     def _pending() -> threading.Lock:
-        """A marker for an entry whose driver call runs: held until `_settle`."""
-        held = threading.Lock()
-        held.acquire()
-        return held
+        """A marker for an entry whose driver call runs: a latch, held until `_settle`."""
+        return locks.latch()  # type: ignore[no-any-return]
 
     # ---- the two operations every other one is built from -----------------
     def acquire(self, driver: PinDriver, p: int, n: int, device: int, *,

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import importlib
-import threading
 from dataclasses import dataclass
 
+from . import locks
 from .config import Config, TargetOffload
 from .device import Device
 from .errors import ErrorCode, OffloadError
@@ -63,7 +63,7 @@ class PluginManager:
         self.records: list[PluginRecord] = []
         #: entry points that tried to replace a plugin already known (ignored)
         self.clashes: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._devices: list[tuple[GenericPlugin, int]] = []
         #: global number -> Device, filled as devices are first used (emptied at shutdown)
         self.devices_made: dict[int, Device] = {}

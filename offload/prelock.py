@@ -3,9 +3,9 @@ array's pages for a device, and every later map of that memory copies straight f
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
+from . import locks
 from ._lazy import numpy as np
 from .arrays import as_array, span
 from .device import Device
@@ -31,7 +31,7 @@ class Pinned:
         self._dev = dev
         self._runtime = _current()         # the runtime that holds the pin
         self._pid = os.getpid()             # in a forked child the handle is inert
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._locked = True
 
     @property

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from . import locks
 from .routes import by_route
 
 #: the profile being written, or None
@@ -42,7 +43,7 @@ class Profile:
         self.granularity_us = granularity_us
         self._t0 = time.perf_counter_ns()
         self._epoch_us = time.time_ns() // 1000
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._events: list[dict[str, Any]] = []
         self._totals: dict[str, list[int]] = {}      # name -> [count, total ns]
         self._lanes: dict[tuple[str, int, int], int] = {}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import _accel, profile
+from . import _accel, locks, profile
 from . import config as _config
 from ._lazy import numpy as np
 from .config import Config, TargetOffload
@@ -177,7 +177,7 @@ class _Process:
     down last, and whether the interpreter is exiting."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = locks.new_lock()
         self.live: Runtime | None = None
         self.shut: Runtime | None = None
         self.exiting = False
@@ -378,7 +378,7 @@ def _after_fork_in_child() -> None:
     """The child starts empty: pins, contexts, worker threads and every lock offload
     holds are not inherited (another thread may have held them at the fork)."""
     rt = _process.live
-    _process.lock = threading.Lock()
+    _process.lock = locks.new_lock()
     _process.live = None
     _process.shut = None
     _tls.__dict__.clear()
@@ -404,11 +404,11 @@ def imports_in_flight() -> bool:
     of it). A fork then would leave that lock held for ever in the child, whose import of
     the module hangs: the fork waits (the library's fork handler, for a C program, checks
     again once no import can begin)."""
-    locks = getattr(sys.modules.get("_frozen_importlib"), "_module_locks", None)
-    if not isinstance(locks, dict):
+    module_locks = getattr(sys.modules.get("_frozen_importlib"), "_module_locks", None)
+    if not isinstance(module_locks, dict):
         return False
     me = threading.get_ident()
-    for ref in list(locks.values()):
+    for ref in list(module_locks.values()):
         lock = ref() if callable(ref) else ref
         owner = getattr(lock, "owner", None)
         if owner is not None and owner != me:

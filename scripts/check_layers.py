@@ -35,7 +35,7 @@ FOLDERS = {"mapping": MAPPING, "capi": C_ABI, "pykernels": BINDINGS, "testing": 
 VENDOR_PREFIXES = ("host", "cuda", "amdgpu", "_cuda_openmp")
 #: the top-level modules, by layer
 TOP = {
-    FOUNDATIONS: ("errors", "_lazy", "completions", "tracing", "routes", "interrupts",
+    FOUNDATIONS: ("errors", "locks", "_lazy", "completions", "tracing", "routes", "interrupts",
                   "cache_dir", "config", "ffi_cache", "profile", "trace", "image", "pinned",
                   "entries", "dlpack", "arrays", "clauses", "diagnostics", "compiler",
                   "_accel"),

@@ -276,6 +276,9 @@ bad:
 }
 
 static PyMethodDef methods[] = {
+    {"steps_setup", steps_setup, METH_VARARGS,
+     "steps_setup(pending, drain): offload.locks' deferred finalizer work and its runner"},
+    {"step_depth", steps_depth, METH_NOARGS, "step_depth() -> this thread's locked steps"},
     {"single_range_setup", single_range_setup, METH_VARARGS,
      "single_range_setup(ndarray, not_single_range, python_single_range): the array type, "
      "the map-type bits single_range refuses, "

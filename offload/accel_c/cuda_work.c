@@ -42,16 +42,23 @@ typedef struct {
 /* Run `w` on `stream` and spin on the stream for at most `spin` seconds. Returns the first
  * driver error, 0 when done, or CU_NOT_READY when the work outlasts the spin (the caller
  * then polls, so that Ctrl-C is delivered). */
+/* query(handle) (a stream's or an event's) until it is not CU_NOT_READY, for at most `spin`
+ * seconds: its last result. */
+static int cuda_spin(query_t query, void *handle, double spin) {
+  int rc = query(handle);
+  if (rc == CU_NOT_READY) {
+    double until = seconds() + spin;
+    while ((rc = query(handle)) == CU_NOT_READY && seconds() < until)
+      ;
+  }
+  return rc;
+}
+
 static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, double spin) {
   int rc = e->set_ctx(e->ctx);
   if (rc == 0)
     rc = w->launch ? e->launch(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared, stream,
                                w->params, NULL)
                    : w->copy(w->dst, w->src, w->size, stream);
-  if (rc == 0 && (rc = e->query(stream)) == CU_NOT_READY) {
-    double until = seconds() + spin;
-    while ((rc = e->query(stream)) == CU_NOT_READY && seconds() < until)
-      ;
-  }
-  return rc;
+  return rc == 0 ? cuda_spin(e->query, stream, spin) : rc;
 }

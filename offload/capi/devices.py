@@ -7,11 +7,10 @@ import dataclasses
 import os
 import re
 import sys
-import threading
 import weakref
 from typing import Any
 
-from .. import config, omp, runtime
+from .. import config, locks, omp, runtime
 from ..errors import ErrorCode, OffloadError
 from ..runtime import current
 from .abi import ENTRY_INDIRECT
@@ -19,7 +18,7 @@ from .images import Program, Registry, ffi, is_link
 from .maps import location
 
 registry = Registry()
-_init_lock = threading.Lock()
+_init_lock = locks.new_lock()
 # the programs whose images and globals each Device (of whichever runtime) has loaded
 _ready: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 OFFLOAD_SUCCESS, OFFLOAD_FAIL = 0, -1
@@ -40,9 +39,9 @@ def _after_fork_in_child() -> None:
     loaded the programs' images yet; the programs stay registered."""
     global _init_lock
     from . import maps
-    _init_lock = threading.Lock()
-    maps._mapper_lock = threading.Lock()
-    registry.lock = threading.RLock()
+    _init_lock = locks.new_lock()
+    maps._mapper_lock = locks.new_lock()
+    registry.lock = locks.RLock()
     _loaded.clear()
     _ready.clear()
 

@@ -3,10 +3,10 @@
 load them: GenericDevice.omp_load)."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from .. import locks
 from ..errors import ErrorCode, OffloadError
 from ..ffi_cache import ffi_for
 from .abi import ENTRY_INDIRECT, ENTRY_LINK, ENTRY_REQUIRES, LIBOMP, TYPES
@@ -59,7 +59,7 @@ class Registry:
     """Every registered program; kernels by host region id; images loaded per device."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        self.lock = locks.RLock()
         self.programs: dict[int, Program] = {}
         self.kernels: dict[int, tuple[Program, Entry]] = {}
         self.requires = 0

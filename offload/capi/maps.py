@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import threading
 from typing import Any
 
+from .. import locks
 from .._lazy import numpy as np
 from ..clauses import MapItem, MapType
 from ..device import Device
@@ -74,7 +74,7 @@ def _name(names: Any, i: int) -> tuple[str | None, str | None]:
 # ---- user-defined mappers: the generated function calls back with its components ------
 _components: dict[int, list[Arg]] = {}
 _handles = itertools.count(1)
-_mapper_lock = threading.Lock()
+_mapper_lock = locks.new_lock()
 
 
 def num_components(handle: int) -> int:

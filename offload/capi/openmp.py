@@ -10,13 +10,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 from typing import Any
 
 import cffi
 
 from .. import config as _config
-from .. import runtime
+from .. import locks, runtime
 from .._lazy import numpy as np
 from ..compiler import cache_directory, compiler_identity
 from ..errors import ErrorCode, OffloadError
@@ -27,12 +26,12 @@ from .abi import SONAME
 
 __all__ = ["OpenMPModule", "compile_openmp"]
 
-_loaded_lock = threading.Lock()
+_loaded_lock = locks.new_lock()
 
 
 def _new_loaded_lock() -> None:
     global _loaded_lock
-    _loaded_lock = threading.Lock()     # a forked child: another thread may have held it
+    _loaded_lock = locks.new_lock()     # a forked child: another thread may have held it
 
 
 runtime.at_fork_in_child(_new_loaded_lock)

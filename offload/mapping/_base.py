@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _accel, profile, tracing
+from .. import _accel, locks, profile, tracing
 from ..clauses import MapItem, MapType
 from ..config import Info
 from ..diagnostics import (
@@ -50,10 +50,8 @@ def _mine() -> set[int]:
 
 
 def _held_lock() -> threading.Lock:
-    """A new lock, already held: an entry being made, or held through its copy back."""
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
+    """A new latch, already held: an entry being made, or held through its copy back."""
+    return locks.latch()  # type: ignore[no-any-return]
 
 
 class _Construct:

@@ -9,12 +9,13 @@ compiler the plugin keeps its Python path (`load` returns None); results are the
 only slower."""
 from __future__ import annotations
 
+import functools
 import os
-import threading
 from typing import Any
 
 import cffi
 
+from .. import locks
 from ..compiler import compile_c
 from ..errors import OffloadError
 from ._libc import dlopen_bytes
@@ -38,11 +39,12 @@ int offload_copy_wait(void *, void *, void *, uintptr_t, uintptr_t, size_t, void
                       double);
 int offload_launch_wait(void *, void *, void *, void *, unsigned, unsigned, unsigned, void *,
                         void **, void *, double);
+int offload_query_spin(void *, void *, double);
 """
 
 _ffi = cffi.FFI()
 _ffi.cdef(CDEF)
-_lock = threading.Lock()
+_lock = locks.new_lock()
 _loaded: list[Any] = []          # [library or None], once per process
 
 
@@ -61,14 +63,17 @@ def load() -> Any:
 
 
 class Fast:
-    """The helper's two calls and the driver entry points they take, as cdata ready to
-    pass (no conversion per call)."""
+    """The helper's calls and the driver entry points they take, as cdata ready to pass
+    (no conversion per call); `spin_stream` / `spin_event`: the wait policy's spin
+    (waits.poll) of a stream or an event, one call without the GIL."""
 
-    __slots__ = ("copy_wait", "launch_wait", "set_ctx", "h2d", "d2h", "query", "launch")
+    __slots__ = ("copy_wait", "launch_wait", "set_ctx", "h2d", "d2h", "query", "launch",
+                 "spin_stream", "spin_event")
 
     def __init__(self, helper: Any, drv_ffi: cffi.FFI, drv_lib: Any):
         self.copy_wait = helper.offload_copy_wait
         self.launch_wait = helper.offload_launch_wait
+        spin = helper.offload_query_spin
 
         def entry(name: str) -> Any:
             return drv_ffi.cast("void *", drv_ffi.addressof(drv_lib, name))
@@ -77,6 +82,8 @@ class Fast:
         self.d2h = entry("cuMemcpyDtoHAsync_v2")
         self.query = entry("cuStreamQuery")
         self.launch = entry("cuLaunchKernel")
+        self.spin_stream = functools.partial(spin, self.query)
+        self.spin_event = functools.partial(spin, entry("cuEventQuery"))
 
 
 def fast_calls(drv_ffi: cffi.FFI, drv_lib: Any) -> Fast | None:

@@ -5,12 +5,12 @@ and a kernel launch environment passed as argument 0 of every launch."""
 from __future__ import annotations
 
 import struct
-import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import locks
 from .._lazy import numpy as np
 from ..config import Config
 from ..errors import ErrorCode, OffloadError
@@ -45,7 +45,7 @@ class KernelEnvironment:
         return cls(mode, *ints)
 
 
-_lock = threading.Lock()
+_lock = locks.new_lock()
 
 
 @dataclass

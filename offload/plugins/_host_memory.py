@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import resource
-import threading
 
+from .. import locks
 from ..errors import ErrorCode, OffloadError
 from ..ffi_cache import ffi_for
 
@@ -46,7 +46,7 @@ class _PageLocks:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._refs: dict[int, int] = {}
 
     @staticmethod

@@ -3,11 +3,11 @@ completion signals, a kernarg arena every GPU can read, and AQL hardware queues 
 packets are published with release ordering."""
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import cffi
 
+from .. import locks
 from ._hsa_runtime import (
     HSA,
     HSA_FENCE_SCOPE_SYSTEM,
@@ -48,7 +48,7 @@ class SignalPool:
 
     def __init__(self, hsa: HSA):
         self._hsa = hsa
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._free: list[Any] = []
         self._all: list[Any] = []
 
@@ -86,7 +86,7 @@ class KernargArena:
         self._hsa = hsa
         self._pool = pool
         self._agents = agents
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._free: dict[int, list[int]] = {}
         self._all: list[int] = []
 

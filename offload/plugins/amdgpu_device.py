@@ -5,11 +5,11 @@ barrier-AND packets), events as signals of their own, timing events for the prof
 kernels with their kernarg layout from the NT_AMDGPU_METADATA note."""
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import locks
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
 from ..targets import kernel_metadata, metadata_param, target_features
@@ -89,7 +89,7 @@ class AMDGPUDevice(GenericDevice):
             self.hw_queues.append(q)
             self.plugin.queue_owner[q.id] = self
         self._next_hw = 0
-        self._dispatch_lock = threading.Lock()
+        self._dispatch_lock = locks.new_lock()
         # every GPU agent that may reach this device's memory (a peer over P2P)
         self.peers = [g.agent for g in self.plugin.gpus
                       if hsa.pool_access(g.agent, self.device_pool)

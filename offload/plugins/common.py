@@ -9,11 +9,10 @@ memory_pool, args), never in a vendor file.
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import _accel
+from .. import _accel, locks
 from ..config import Config, LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
@@ -58,7 +57,7 @@ class GenericPlugin(Transfers, Generic[DeviceT]):
         self.pinned = PinnedMap(_accel.new_lock(self.config))
         self.reason = ""               # why this plugin has no devices
         self._devices: list[DeviceT | None] = []
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._count: int | None = None
 
     # ---- vendor hooks -----------------------------------------------------

@@ -158,7 +158,9 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         drv.check(drv.lib.cuEventCreate(ev, C.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
             drv.check(drv.lib.cuEventRecord(ev[0], handle), f"cuEventRecord(0x{stream:x})")
-            drv.check(_poll(drv.lib.cuEventQuery, ev[0]), "cuEventQuery")
+            fast = self.fast
+            drv.check(_poll(drv.lib.cuEventQuery, ev[0],
+                            fast.spin_event if fast is not None else None), "cuEventQuery")
         finally:
             drv.lib.cuEventDestroy_v2(ev[0])
 

@@ -147,7 +147,7 @@ class CUDADevice(CUDAKernels):
             return int(_ffi.cast("uintptr_t", cdata))
 
         def poll(stream: Any) -> int:
-            return _poll(drv.lib.cuStreamQuery, stream)
+            return _poll(drv.lib.cuStreamQuery, stream, fast.spin_stream)
         return ("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d), addr(fast.d2h),
                 addr(fast.query), SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
                 poll, drv.check, drv, self.id, self.plugin.pin_split or 0, addr(fast.launch))
@@ -183,7 +183,7 @@ class CUDADevice(CUDAKernels):
         the queue back (not when interrupted), raise the driver's error as `what`'s."""
         drv = self.plugin.drv
         if rc == _NOT_READY:
-            rc = _poll(drv.lib.cuStreamQuery, q)
+            rc = self._poll_stream(q)
         self.queues.release(q)
         drv.check(rc, what)
 
@@ -291,7 +291,7 @@ class CUDADevice(CUDAKernels):
             self.activate()
             drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
             return
-        drv.check(_poll(drv.lib.cuStreamQuery, queue), "cuStreamSynchronize")
+        drv.check(self._poll_stream(queue), "cuStreamSynchronize")
 
     # ---- events: CUDA events, waited for by polling ---------------------------
     def _event_create_impl(self) -> Any:
@@ -313,7 +313,16 @@ class CUDADevice(CUDAKernels):
         return True
 
     def _event_sync_impl(self, event: Any) -> None:
-        self.plugin.drv.check(_poll(self.plugin.drv.lib.cuEventQuery, event), "cuEventQuery")
+        fast = self.plugin.fast
+        self.plugin.drv.check(_poll(self.plugin.drv.lib.cuEventQuery, event,
+                                    fast.spin_event if fast is not None else None),
+                              "cuEventQuery")
+
+    def _poll_stream(self, stream: Any) -> int:
+        """The common wait (waits.poll) of `stream`, spinning in the helper where built."""
+        fast = self.plugin.fast
+        return _poll(self.plugin.drv.lib.cuStreamQuery, stream,
+                     fast.spin_stream if fast is not None else None)
 
     def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
         self.activate()

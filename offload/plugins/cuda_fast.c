@@ -19,3 +19,9 @@ int offload_launch_wait(void *set_ctx, void *ctx, void *launch, void *fn, unsign
   CuWork w = {1, NULL, 0, 0, 0, fn, grid, block, shared, params};
   return cuda_run_spin(&e, &w, stream, spin);
 }
+
+/* cuda_spin of query (cuStreamQuery or cuEventQuery) on handle: one call of the common
+   wait's spin (plugins/waits.py), the GIL released throughout. */
+int offload_query_spin(void *query, void *handle, double spin) {
+  return cuda_spin((query_t)query, handle, spin);
+}

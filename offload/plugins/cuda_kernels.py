@@ -25,9 +25,10 @@ _REQUIRES_USM = 0x8                # requires unified_shared_memory (OMP_REQ_*)
 _NOT_READY = C.CUDA_ERROR_NOT_READY
 
 
-def _poll(query: Any, handle: Any) -> int:
-    """poll() (the common wait policy) of a CUDA stream or event query."""
-    return poll(query, handle, _NOT_READY)
+def _poll(query: Any, handle: Any, spin: Any = None) -> int:
+    """poll() (the common wait policy) of a CUDA stream or event query; `spin`: the
+    helper's spin of that query (Fast.spin_stream / spin_event), or None."""
+    return poll(query, handle, _NOT_READY, spin)
 
 
 

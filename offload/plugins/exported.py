@@ -5,9 +5,9 @@ runs). Freed by then, it is kept here and freed with its last view; a device who
 teardown finds such blocks finishes its teardown then."""
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
+from .. import locks
 from ..interrupts import defers_interrupts
 from .memory_pool import AllocKind
 
@@ -20,54 +20,36 @@ class ExportedBlocks:
 
     def __init__(self, free: Free) -> None:
         self._free = free                  # the device's own free (no pool, no record)
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._views: dict[int, int] = {}
         self._orphans: dict[int, tuple[int, AllocKind]] = {}
         self._finish: Callable[[], None] | None = None
-        self._released: list[int] = []     # views gone, not yet counted (release)
 
     def hold(self, addr: int) -> None:
         """A view of the block at `addr` was made."""
         with self._lock:
             self._views[addr] = self._views.get(addr, 0) + 1
-        self._drain()
 
     @defers_interrupts       # a finalizer's callee: a Ctrl-C mid-count would lose a hold
     def release(self, addr: int) -> None:
         """A view of `addr` is gone: the last one frees the block if it was freed
         meanwhile, and then the device's teardown, if it waited. A view's finalizer calls
-        this, and the collector may run it inside one of this object's own locked steps
-        (a non-reentrant lock: waiting would deadlock), so it is queued and applied by
-        whoever holds the lock now, or here when nobody does."""
-        self._released.append(addr)                    # list.append: atomic
-        self._drain()
-
-    def _drain(self) -> None:
-        """Apply the queued releases unless another step holds the lock (each step drains
-        when it gives the lock back); free what they leave unviewed, outside the lock."""
-        while self._released and self._lock.acquire(blocking=False):
-            frees: list[tuple[int, tuple[int, AllocKind]]] = []
-            finish = None
-            try:
-                while self._released:
-                    addr = self._released.pop()
-                    n = self._views.pop(addr, 1) - 1
-                    if n > 0:
-                        self._views[addr] = n
-                        continue
-                    orphan = self._orphans.pop(addr, None)
-                    if orphan is not None:
-                        frees.append((addr, orphan))
-                if frees and not self._orphans and self._finish is not None:
+        this; the collector never runs it inside a locked step (offload.locks)."""
+        orphan = finish = None
+        with self._lock:
+            n = self._views.pop(addr, 1) - 1
+            if n > 0:
+                self._views[addr] = n
+            else:
+                orphan = self._orphans.pop(addr, None)
+                if orphan is not None and not self._orphans:
                     finish, self._finish = self._finish, None
-            finally:
-                self._lock.release()
-            try:
-                for addr, (size, kind) in frees:
-                    self._free(addr, size, kind)
-            finally:
-                if finish is not None:
-                    finish()
+        try:
+            if orphan is not None:
+                self._free(addr, *orphan)
+        finally:
+            if finish is not None:
+                finish()
 
     def adopt(self, addr: int, size: int, kind: AllocKind) -> bool:
         """Whether a block being freed has views: then it is kept, and freed with the
@@ -76,7 +58,6 @@ class ExportedBlocks:
             kept = addr in self._views
             if kept:
                 self._orphans[addr] = (size, kind)
-        self._drain()
         return kept
 
     def defer(self, finish: Callable[[], None]) -> bool:
@@ -86,7 +67,6 @@ class ExportedBlocks:
             waits = bool(self._orphans)
             if waits:
                 self._finish = finish
-        self._drain()
         return waits
 
     def __len__(self) -> int:

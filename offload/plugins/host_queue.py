@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import locks
 from ..errors import ErrorCode, OffloadError
 from .common import Interrupts
 
@@ -38,7 +39,7 @@ class HostQueue:
     """Work run in order by a worker thread; the first error is kept for `drain`."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = locks.Condition()
         self._work: collections.deque[Callable[[], Any]] = collections.deque()
         self._busy = False
         self._error: BaseException | None = None

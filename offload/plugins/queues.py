@@ -3,8 +3,9 @@ operation, synchronized, given back. Written once for every plugin."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any, Protocol
+
+from .. import locks
 
 
 class QueueHooks(Protocol):
@@ -20,7 +21,7 @@ class Queues:
 
     def __init__(self, hooks: QueueHooks):
         self._hooks = hooks
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._free: list[Any] = []
         self.made: list[Any] = []
         #: the device's queues are all None (its work is synchronous): nothing to borrow

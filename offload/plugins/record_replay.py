@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from .. import locks
 from ..errors import ErrorCode, OffloadError
 from ._libc import _ffi
 
@@ -50,7 +51,7 @@ class Arena:
         self.recording, self.save_output = recording, save_output
         self.device_id = device_id
         self._retrieve = retrieve          # (host, device address, bytes): a device copy out
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
 
     def take(self, size: int) -> int | None:
         """`size` bytes from the block (16-byte aligned); None when it is full."""

@@ -7,6 +7,7 @@ import os
 import threading
 from typing import Any, Protocol
 
+from .. import locks
 from .._lazy import numpy as np
 from ._libc import memmove
 
@@ -103,7 +104,7 @@ class Staging:
         self._hooks = hooks
         self.chunk = chunk
         self.lanes = lanes
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._sets: list[list[Lane]] = []        # every set made
         self._free: list[list[Lane]] = []        # ... and those not in use
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None

@@ -25,24 +25,33 @@ class Interrupts:
             hook()
 
 
-def poll(query: Callable[[Any], int], handle: Any, not_ready: int) -> int:
+def poll(query: Callable[[Any], int], handle: Any, not_ready: int,
+         spin: Callable[[Any, float], int] | None = None) -> int:
     """Poll query(handle) (a driver's stream or event query) until it is not `not_ready`:
-    a spin of 2 ms (the driver releases the GIL per query; a pending Ctrl-C is delivered
-    every 100 µs), then sleeps of 50 µs, then 100 µs. A sleep lasts at least the thread's
-    timer slack (50 µs on Linux), so the spin is what keeps a 0.1-2 ms kernel's wait
-    short; the sleeps keep Ctrl-C reaching a hung kernel. Returns the last result."""
+    a spin of 2 ms (a pending Ctrl-C is delivered every 100 µs), then sleeps of 50 µs,
+    then 100 µs. A sleep lasts at least the thread's timer slack (50 µs on Linux), so the
+    spin is what keeps a 0.1-2 ms kernel's wait short; the sleeps keep Ctrl-C reaching a
+    hung kernel. `spin(handle, seconds)`, where the vendor has one, spins in C without the
+    GIL for 100 µs at a time (else each query takes the GIL back: threads that wait starve
+    the threads that work). Returns the last result."""
     rc = query(handle)
     if rc != not_ready:
         return rc                       # done already: no clock read
     now = time.perf_counter()
     until, check = now + _SPIN_MAX, now + SPIN_SECONDS
-    while (rc := query(handle)) == not_ready:
-        now = time.perf_counter()
-        if now >= check:
-            if now >= until:
+    if spin is not None:
+        while (rc := spin(handle, SPIN_SECONDS)) == not_ready:
+            if time.perf_counter() >= until:
                 break
             Interrupts.deliver()
-            check = now + SPIN_SECONDS
+    else:
+        while (rc := query(handle)) == not_ready:
+            now = time.perf_counter()
+            if now >= check:
+                if now >= until:
+                    break
+                Interrupts.deliver()
+                check = now + SPIN_SECONDS
     delay = 50e-6
     while rc == not_ready:
         Interrupts.deliver()

@@ -4,10 +4,10 @@ loops, run by `offload.target` like any kernel (numba compiles it: `pip install
 from __future__ import annotations
 
 import ast
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import locks
 from .._lazy import numpy as np
 from ..errors import ErrorCode, OffloadError
 from ..image import Image, Kernel
@@ -42,7 +42,7 @@ class PyKernel:
         self.source: Source = read(fn)
         self.signature = None if signature is None else \
             _sig.parse(signature, fn.__name__, len(self.source.params))
-        self._lock = threading.Lock()
+        self._lock = locks.new_lock()
         self._host: dict[tuple[ParamType, ...], tuple[Any, Any]] = {}
         self._kernels: dict[tuple, Kernel] = {}
         self.compiles = {"host": 0, "cuda": 0}       # how many were made, by target

@@ -10,10 +10,10 @@ import hashlib
 import os
 import re
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .. import locks
 from .._lazy import numpy as np
 from ..cache_dir import cache_directory, default_root
 from ..errors import ErrorCode, OffloadError
@@ -23,7 +23,7 @@ from .indices import CAST
 from .signature import NUMERIC, ParamType, launch_params, prototype
 from .source import Source
 
-_lock = threading.Lock()
+_lock = locks.new_lock()
 BLOCK = 256         # the threads of a launch of code between loops (thread 0 runs it)
 
 

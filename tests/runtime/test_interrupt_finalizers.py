@@ -118,10 +118,12 @@ def test_an_interrupt_while_an_event_is_destroyed_is_not_lost(monkeypatch):
 
 
 def test_a_view_finalizer_inside_a_locked_step_neither_deadlocks_nor_loses_the_release():
-    """The collector may run a DeviceArray's finalizer (ExportedBlocks.release) inside one
-    of the same object's locked steps (the CI hang: release's own step, under the
-    checkpoint injector); the lock is not reentrant, so the release is queued and applied
-    as the step gives the lock back: the orphaned block is freed once, nothing waits."""
+    """The collector may run a DeviceArray's finalizer (interop._release_block, which
+    calls ExportedBlocks.release) inside one of the same object's locked steps (the CI
+    hang: release's own step, under the checkpoint injector); the lock is not reentrant,
+    so the finalizer runs as the step gives the lock back (offload.locks): the orphaned
+    block is freed once, nothing waits."""
+    from offload.interop import _release_block
     from offload.plugins.exported import ExportedBlocks
     from tests.harness import background
     freed = []
@@ -137,7 +139,7 @@ def test_a_view_finalizer_inside_a_locked_step_neither_deadlocks_nor_loses_the_r
             super().__setitem__(key, value)
             if Collecting.armed:
                 Collecting.armed = False
-                blocks.release(0x1000)
+                _release_block(blocks, 0x1000)
 
     blocks._views = Collecting(blocks._views)
     t = background(lambda: blocks.hold(0x2000))          # a locked step of its own

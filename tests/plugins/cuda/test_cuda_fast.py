@@ -114,6 +114,20 @@ def test_launch_passes_the_geometry_and_parameters_then_waits(helper):
     assert d.calls[2:] == [("query",)] * 2
 
 
+def test_the_wait_policys_spin_queries_until_done_or_its_time_is_up(helper):
+    """offload_query_spin (waits.poll's spin, one call without the GIL): queries until the
+    stream is done and returns its result, or NOT_READY once `spin` seconds passed."""
+    d = Driver(busy_polls=3)
+    assert helper.offload_query_spin(d.fns["query"], ffi.cast("void *", 0x57), 1.0) == 0
+    assert d.calls == [("query",)] * 4
+    d = Driver(busy_polls=-1)
+    assert helper.offload_query_spin(d.fns["query"], ffi.cast("void *", 0x57), 1e-3) == \
+        NOT_READY
+    assert len(d.calls) > 2
+    d = Driver(done_rc=700)
+    assert helper.offload_query_spin(d.fns["query"], ffi.cast("void *", 0x57), 1.0) == 700
+
+
 # ---- the accelerator's CUDA copier (offload/accel_c), on a host table ----------------
 class _Dead:
     """CUDADriver's `dead` flag (None while the context lives)."""
