@@ -9,6 +9,7 @@ from ..errors import OffloadError
 from . import _cuda_driver as C
 from ._cuda_driver import ATTRIBUTES
 from ._cuda_driver import ptr as _ptr
+from .accel_specs import CudaCopier, LaunchSpec
 from .args import slotted
 from .common import AllocKind, GenericDevice, GenericKernel
 from .cuda_kernels import _NOT_READY, SHARED_DEFAULT, CUDAKernels, _ffi, _poll
@@ -133,7 +134,7 @@ class CUDADevice(CUDAKernels):
         self._finish_fast(rc, q, "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync")
         return True
 
-    def accel_copier(self) -> tuple | None:
+    def accel_copier(self) -> CudaCopier | None:
         """The one-piece pinned copy of _copy_now_impl, for offload/accel_c: the driver's
         entry points, the context, two streams of our own (kept until the device goes),
         _poll for copies that outlast the spin, the driver's error check."""
@@ -148,21 +149,18 @@ class CUDADevice(CUDAKernels):
 
         def poll(stream: Any) -> int:
             return _poll(drv.lib.cuStreamQuery, stream, fast.spin_stream)
-        return ("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d), addr(fast.d2h),
-                addr(fast.query), SPIN_SECONDS, tuple(addr(q) for q in streams), streams,
-                poll, drv.check, drv, self.id, self.plugin.pin_split or 0, addr(fast.launch))
+        return CudaCopier("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d),
+                          addr(fast.d2h), addr(fast.query), SPIN_SECONDS,
+                          tuple(addr(q) for q in streams), streams, poll, drv.check, drv,
+                          self.id, self.plugin.pin_split or 0, addr(fast.launch))
 
     accel_launches = True
 
-    def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
-                     shared_mem: int) -> tuple | None:
-        """The launch of `kernel` with this geometry as offload/accel_c makes it (the
-        one-call path of _launch_impl), or None where that path does not apply or the
-        geometry is refused (_launch_impl then explains). Kept per kernel and geometry."""
-        key = (teams, threads, shared_mem)
-        spec = kernel.fast_launch.get(key)
-        if spec is not None or self.plugin.fast is None:
-            return spec
+    def _accel_launch_impl(self, kernel: GenericKernel, teams: int | None,
+                           threads: int | None, shared_mem: int) -> LaunchSpec | None:
+        """The one-call path of _launch_impl, as offload/accel_c makes it."""
+        if self.plugin.fast is None:
+            return None
         try:
             grid, block = self._geometry(kernel, teams, threads, shared_mem)
         except (OffloadError, TypeError, ValueError):
@@ -171,12 +169,9 @@ class CUDADevice(CUDAKernels):
         if not (0 <= shared_mem <= SHARED_DEFAULT and len(sizes) <= 32
                 and slotted(sizes)):
             return None
-        spec = (int(_ffi.cast("uintptr_t", kernel.handle[0])), grid, block, shared_mem, sizes,
-                kernel.name,
-                f"cuLaunchKernel({kernel.name}, grid={grid}, block={block})")
-        if len(kernel.fast_launch) < 64:
-            kernel.fast_launch[key] = spec
-        return spec
+        return LaunchSpec(int(_ffi.cast("uintptr_t", kernel.handle[0])), grid, block,
+                          shared_mem, sizes, kernel.name,
+                          f"cuLaunchKernel({kernel.name}, grid={grid}, block={block})")
 
     def _finish_fast(self, rc: int, q: Any, what: str) -> None:
         """After a helper call on our queue `q`: poll on when it outlasted the spin, give

@@ -12,6 +12,7 @@ from typing import Any
 from .. import _accel, profile, tracing
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
+from .accel_specs import SPECS_KEPT, Copier, LaunchSpec
 from .args import GenericKernel, check_kernel_args
 from .device_hooks import DeviceHooks
 from .exported import ExportedBlocks
@@ -76,18 +77,31 @@ class GenericDevice(DeviceHooks):
         s[key] += nbytes
         s[_OPS[key]] += 1
 
-    def accel_copier(self) -> tuple | None:
-        """How offload/accel_c may make an update's copy in C on this device (see
-        `accelerate` there), or None: the Python path."""
+    def accel_copier(self) -> Copier | None:
+        """How offload/accel_c may make an update's copy in C on this device (a Copier;
+        see `accelerate` there), or None: the Python path."""
         return None
 
     #: whether accel_launch may give specs (else regions do not ask)
     accel_launches = False
 
     def accel_launch(self, kernel: GenericKernel, teams: int | None, threads: int | None,
-                     shared_mem: int) -> tuple | None:
-        """How offload/accel_c may launch `kernel` with this geometry and wait (kept in
-        kernel.fast_launch by geometry), or None: the Python path (`launch`)."""
+                     shared_mem: int) -> LaunchSpec | None:
+        """How offload/accel_c may launch `kernel` with this geometry and wait, or None:
+        the Python path (`launch`). Kept in kernel.fast_launch by geometry (at most
+        SPECS_KEPT a kernel); the vendor makes it (`_accel_launch_impl`)."""
+        key = (teams, threads, shared_mem)
+        spec = kernel.fast_launch.get(key)
+        if spec is None:
+            spec = self._accel_launch_impl(kernel, teams, threads, shared_mem)
+            if spec is not None and len(kernel.fast_launch) < SPECS_KEPT:
+                kernel.fast_launch[key] = spec
+        return spec
+
+    def _accel_launch_impl(self, kernel: GenericKernel, teams: int | None,
+                           threads: int | None, shared_mem: int) -> LaunchSpec | None:
+        """The vendor's LaunchSpec for this launch, or None where its C path does not
+        apply (the geometry refused: `_launch_impl` then explains)."""
         return None
 
     def profile_clock(self) -> profile.DeviceClock | None:

@@ -31,6 +31,7 @@ from ._host_memory import (
     _PageLocks,
 )
 from ._libc import dlopen_bytes, memmove, memset
+from .accel_specs import MemcpyCopier
 from .args import check_arguments, params_from_ctype
 from .common import (
     AllocKind,
@@ -90,8 +91,8 @@ class HostDevice(GenericDevice):
     def _init_impl(self) -> None:
         self.queues.synchronous = not self.plugin.config.host_async
 
-    def accel_copier(self) -> tuple | None:
-        return ("memcpy",)             # a copy without a queue is a memmove
+    def accel_copier(self) -> MemcpyCopier:
+        return MemcpyCopier()          # a copy without a queue is a memmove
 
     def _alloc_impl(self, size: int, kind: AllocKind) -> int:
         out = _ffi.new("void **")

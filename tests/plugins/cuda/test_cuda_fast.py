@@ -10,6 +10,7 @@ import pytest
 
 import offload
 from offload.plugins import _cuda_fast
+from offload.plugins.accel_specs import CudaCopier, LaunchSpec
 
 NOT_READY = 600
 ffi = cffi.FFI()
@@ -151,7 +152,7 @@ def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
     def addr(f):
         return int(ffi.cast("uintptr_t", f))
     f = d.fns
-    monkeypatch.setattr(HostDevice, "accel_copier", lambda self: (
+    monkeypatch.setattr(HostDevice, "accel_copier", lambda self: CudaCopier(
         "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
         1e-3, tuple(streams), tuple(f"stream{i}" for i in range(len(streams))), poll, check,
         _Dead(), self.id, 0, addr(f["launch"])))
@@ -247,9 +248,9 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
 
     def spec(self, kernel, teams, threads, shared_mem):
         specs.append((kernel.name, teams, threads, shared_mem))
-        return (0xF00, teams or 1, threads or 128, shared_mem, (8, 8), kernel.name,
-                f"cuLaunchKernel({kernel.name})")
-    monkeypatch.setattr(HostDevice, "accel_launch", spec)
+        return LaunchSpec(0xF00, teams or 1, threads or 128, shared_mem, (8, 8), kernel.name,
+                          f"cuLaunchKernel({kernel.name})")
+    monkeypatch.setattr(HostDevice, "_accel_launch_impl", spec)
     monkeypatch.setattr(HostDevice, "accel_launches", True)
     dev, polls, checks = _start(accel_table, monkeypatch, d)
     k = offload.compile_c("void inc(int *a, long n) { for (long i = 0; i < n; ++i) a[i]++; }")
@@ -270,7 +271,8 @@ def test_the_accelerator_launches_a_region_on_mapped_data_through_the_driver(acc
         d.op_rc = 0
         offload.target(k.inc, a, -1, device=0)          # negative: Python packs and runs
     assert (a == 0).all()                                # the host kernel never ran
-    assert specs[0] == ("inc", 3, 64, 0)
+    # the common layer keeps each geometry's spec: the vendor is asked once per geometry
+    assert specs == [("inc", 3, 64, 0), ("inc", None, None, 0)]
 
 
 def test_enqueue_then_spin_is_one_c_unit_in_a_c_file():

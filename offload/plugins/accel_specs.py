@@ -1,0 +1,55 @@
+"""What a device hands the compiled mapping core (offload/accel_c) so that it can copy or
+launch in C: typed records whose fields C reads by position (they are tuples), named here
+once for the Python side. A device gives them through GenericDevice.accel_copier and
+accel_launch; None keeps the Python path."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+
+class LaunchSpec(NamedTuple):
+    """A kernel launch with one geometry, as the core makes it (accel_c/present.c): launch,
+    then spin on one of the copier's streams."""
+
+    function: int                   # the driver's function handle, as an address
+    grid: int
+    block: int
+    shared_mem: int                 # bytes of dynamic shared memory
+    sizes: tuple[int, ...]          # each parameter's size in bytes, in order
+    name: str                       # the kernel's name
+    what: str                       # the launch as an error names it
+
+
+class MemcpyCopier(NamedTuple):
+    """Device memory that is host memory: a copy is a memmove (the host plugin)."""
+
+    how: str = "memcpy"
+
+
+class CudaCopier(NamedTuple):
+    """A pinned copy in one C call on a CUDA device (accel_c/update.c): make the context
+    current, enqueue on a stream of our own, spin; poll on through `poll` when it
+    outlasts the spin, errors raised by `check`."""
+
+    how: str                        # "cuda"
+    set_ctx: int                    # cuCtxSetCurrent
+    context: int
+    h2d: int                        # cuMemcpyHtoDAsync_v2
+    d2h: int                        # cuMemcpyDtoHAsync_v2
+    query: int                      # cuStreamQuery
+    spin: float                     # seconds the C spin lasts (waits.SPIN_SECONDS)
+    stream_addresses: tuple[int, ...]
+    streams: tuple[Any, ...]        # the same streams as the driver's cdata
+    poll: Callable[[Any], int]      # the common wait of one of them
+    check: Callable[[int, str], None]
+    driver: Any                     # whose `dead` flag stops the C path
+    device: int
+    pin_split: int                  # bytes above which a pinned copy is split (0: never)
+    launch: int                     # cuLaunchKernel
+
+
+Copier = MemcpyCopier | CudaCopier
+
+#: launch specs kept per kernel (one per geometry it was launched with) at most
+SPECS_KEPT = 64
