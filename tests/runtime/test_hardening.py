@@ -113,13 +113,16 @@ def test_fault_injection_with_real_interrupts(python_sigint, rt, k):
     rng = random.Random(1234)
     arrays = [page_aligned(n * PAGE, np.int32) for n in (1, 2, 5)]
     held = []
-    armed, stop = threading.Event(), threading.Event()
+    # plain flags, not threading.Event: an Event's set/clear takes a lock in Python code,
+    # and a SIGINT raised just after that lock is taken leaks it (the main thread then
+    # waited for itself for ever: the fresh-clone CI hang at ce0d276 under a busy machine)
+    flags = {"armed": False, "stop": False}
 
     def sender():
         srng = random.Random(99)
-        while not stop.is_set():
+        while not flags["stop"]:
             time.sleep(srng.uniform(0.0002, 0.003))
-            if armed.is_set():
+            if flags["armed"]:
                 os.kill(os.getpid(), signal.SIGINT)
 
     def one_op():
@@ -147,16 +150,16 @@ def test_fault_injection_with_real_interrupts(python_sigint, rt, k):
         nonlocal interrupts, ops
         while time.monotonic() < deadline:
             try:
-                armed.set()
+                flags["armed"] = True
                 one_op()
-                armed.clear()
+                flags["armed"] = False
                 ops += 1
             except KeyboardInterrupt:
-                armed.clear()
+                flags["armed"] = False
                 interrupts += 1
                 _consistent()
             except OffloadError as exc:          # e.g. an overlapping lock: refused
-                armed.clear()
+                flags["armed"] = False
                 assert exc.code in (ErrorCode.INVALID_ARGUMENT,), exc
 
     done = False
@@ -166,9 +169,15 @@ def test_fault_injection_with_real_interrupts(python_sigint, rt, k):
             done = True
         except KeyboardInterrupt:
             interrupts += 1
-    armed.clear()
-    stop.set()
-    t.join()
+    flags["armed"] = False
+    flags["stop"] = True
+    waited = time.monotonic() + 10
+    while t.is_alive() and time.monotonic() < waited:   # a last interrupt on its way
+        try:
+            t.join(0.01)
+        except KeyboardInterrupt:
+            interrupts += 1
+    assert not t.is_alive(), "the sender did not stop within 10 s"
     for _ in range(3):                           # a last interrupt still on its way
         try:
             time.sleep(0.01)
