@@ -237,10 +237,19 @@ class AMDGPUDevice(GenericDevice):
             queue.last = None
             signals, queue.signals = queue.signals, []
             kernargs, queue.kernargs = queue.kernargs, []
+            # a wait cut short (a device error, a Ctrl-C) leaves operations in flight: a
+            # signal one still holds is never handed to the next (its late completion
+            # would complete someone else's), nor, then, the kernel arguments
+            load = plugin.hsa.lib.hsa_signal_load_scacquire
+            held = False
             for sig in signals:
-                plugin.signals.put(sig)
-            for addr, cls in kernargs:
-                plugin.kernargs.put(addr, cls)
+                if load(sig) > 0:
+                    held = True
+                else:
+                    plugin.signals.put(sig)
+            if not held:
+                for addr, cls in kernargs:
+                    plugin.kernargs.put(addr, cls)
 
     def _query_impl(self, queue: _Queue) -> bool:
         return self._pending(queue) is None

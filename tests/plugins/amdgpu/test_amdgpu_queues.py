@@ -85,3 +85,29 @@ def test_strided_update_unaligned_falls_back_to_rows(amd, sim):
         want[:, 3:10] = orig[:, 3:10]
         assert (a == want).all()
     offload.llvm_omp_target_unlock_mem(a, 0)
+
+
+def test_a_wait_cut_short_never_recycles_a_signal_still_pending(amd, sim):
+    """A queue's wait that a device error cuts short (the fresh-clone repeated runs under
+    load: test_queue_error_becomes_an_offload_error's last region copied back before its
+    kernel ran): the queue's signals went back to the pool while an operation still held
+    one, the next operation was handed it, and the late one completed it — a kernel's
+    completion seen early, its result never copied back. Only finished signals (and, with
+    every signal finished, the kernel arguments) are given back."""
+    dev = offload.runtime.current().device(0).generic
+    pool = amd.signals
+    pending = pool.get()                          # value 1: an operation still holds it
+    finished = pool.get()
+    amd.hsa.lib.hsa_signal_store_relaxed(finished, 0)
+    q = dev.get_queue()
+    q.last, q.signals = pending, [finished, pending]
+    dev.error = "queue stopped on an error: HSA_STATUS_ERROR_EXCEPTION (injected)"
+    try:
+        with pytest.raises(offload.OffloadError, match="queue stopped"):
+            dev._sync_impl(q)
+    finally:
+        dev.error = None
+    handles = {s.handle for s in pool._free}
+    assert finished.handle in handles
+    assert pending.handle not in handles          # kept out until the process ends
+    assert q.signals == [] and q.last is None
