@@ -42,7 +42,6 @@ def defers_interrupts(fn: Any) -> Any:
 #: acquire and release cannot be interrupted half-way (a lock taken with its step not yet
 #: counted, or given back with it still counted); so does running the deferred work
 for _step in (locks.Lock.acquire, locks.Lock.release, locks.Lock.__exit__,
-              locks.RLock.acquire, locks.RLock.release, locks.RLock.__exit__,
               locks.in_step, locks.defer, locks.drain):
     defers_interrupts(_step)
 

@@ -117,39 +117,16 @@ class Lock:
         return f"<offload step lock {'locked' if self.locked() else 'unlocked'}>"
 
 
-class RLock:
+class RLock(Lock):
     """threading.RLock's interface, each level counted as a step of its thread."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # type: ignore[assignment]
 
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        t = _tls
-        if not t.depth and _pending:
-            drain()
-        t.depth += 1
-        try:
-            got = self._lock.acquire(blocking, timeout)
-        except BaseException:
-            t.depth -= 1
-            raise
-        if not got:
-            t.depth -= 1
-        return got
-
-    __enter__ = acquire
-
-    def release(self) -> None:
-        self._lock.release()
-        t = _tls
-        t.depth -= 1
-        if not t.depth and _pending:
-            drain()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def locked(self) -> bool:
+        raise AttributeError("an RLock has no locked() (as threading.RLock)")
 
     def __repr__(self) -> str:
         return f"<offload reentrant step lock {self._lock!r}>"
