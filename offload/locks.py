@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Lock", "RLock", "Condition", "Latch", "latch", "new_lock", "in_step", "defer", "drain",
-           "attach"]
+           "forget_deferred", "attach"]
 
 
 class _Steps(threading.local):
@@ -60,6 +60,12 @@ def drain() -> None:
             fn(*args)
     finally:
         t.draining = False
+
+
+def forget_deferred() -> None:
+    """A forked child: the work its parent deferred belongs to the parent's runtime (the
+    child starts empty), so none of it runs here."""
+    _pending.clear()
 
 
 def attach(module: Any) -> None:

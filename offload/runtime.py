@@ -378,6 +378,7 @@ def _after_fork_in_child() -> None:
     """The child starts empty: pins, contexts, worker threads and every lock offload
     holds are not inherited (another thread may have held them at the fork)."""
     rt = _process.live
+    locks.forget_deferred()
     _process.lock = locks.new_lock()
     _process.live = None
     _process.shut = None

@@ -197,3 +197,22 @@ def test_many_finalizers_deferred_in_one_step_all_run_after_it():
             fin(i)
         assert ran == []
     assert ran == list(range(n)) and not locks._pending
+
+
+def test_a_forked_child_runs_none_of_the_work_its_parent_deferred():
+    """Work deferred in the parent (inside a step) belongs to the parent's runtime: the
+    child (which starts empty) drops it, the parent still runs it."""
+    import os
+    ran = []
+    lock = locks.Lock()
+    lock.acquire()
+    locks.defer(lambda: ran.append(os.getpid()))
+    pid = os.fork()
+    if pid == 0:                                   # the child
+        ok = not locks._pending
+        lock.release()
+        os._exit(0 if ok and not ran else 1)
+    _, status = os.waitpid(pid, 0)
+    lock.release()
+    assert os.waitstatus_to_exitcode(status) == 0, "the child kept its parent's work"
+    assert ran == [os.getpid()]
