@@ -28,13 +28,12 @@ class _Steps(threading.local):
 
 _tls = _Steps()
 _pending: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []   # deferred finalizer work
-_c_depth: list[Callable[[], int]] = []        # the compiled Lock's count, once attached
-_c_lock: list[Callable[[], Any]] = []         # the compiled Lock, once attached
+_compiled: list[Any] = []                    # [the compiled core], once attached
 
 
 def in_step() -> bool:
     """Whether this thread is inside (or entering, or leaving) a locked step of offload."""
-    return _tls.depth > 0 or (bool(_c_depth) and _c_depth[0]() > 0)
+    return _tls.depth > 0 or (bool(_compiled) and _compiled[0].step_depth() > 0)
 
 
 def defer(fn: Callable[..., Any], *args: Any) -> None:
@@ -72,14 +71,13 @@ def attach(module: Any) -> None:
     """Make the compiled core's Lock (module.Lock) keep this module's rule: its count is
     read by in_step, and it drains `_pending` as a thread leaves its outermost step."""
     module.steps_setup(_pending, drain)
-    _c_depth[:] = [module.step_depth]
-    _c_lock[:] = [module.Lock]
+    _compiled[:] = [module]
 
 
 def new_lock() -> Any:
     """A lock (threading.Lock's interface) that counts its steps: the compiled core's
     where it is loaded (faster), else `Lock`."""
-    return _c_lock[0]() if _c_lock else Lock()
+    return _compiled[0].Lock() if _compiled else Lock()
 
 
 class Lock:

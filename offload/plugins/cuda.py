@@ -10,6 +10,7 @@ common.py."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..config import Config
 from ..dlpack import register_stream_waiter, unregister_stream_waiter
@@ -139,6 +140,18 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
     def _deinit_impl(self) -> None:
         unregister_stream_waiter(self.wait_foreign_stream)
 
+    def poll_stream(self, stream: Any) -> int:
+        """The common wait (waits.poll) of a stream, spinning in the helper where built."""
+        fast = self.fast
+        return _poll(self.drv.lib.cuStreamQuery, stream,
+                     fast.spin_stream if fast is not None else None)
+
+    def poll_event(self, event: Any) -> int:
+        """The common wait of an event, spinning in the helper where built."""
+        fast = self.fast
+        return _poll(self.drv.lib.cuEventQuery, event,
+                     fast.spin_event if fast is not None else None)
+
     def wait_foreign_stream(self, stream: int) -> None:
         """Wait for the work queued so far on a foreign CUDA stream (a raw CUstream; 1 and
         2 name the legacy and per-thread default streams of the current context): an
@@ -158,9 +171,7 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
         drv.check(drv.lib.cuEventCreate(ev, C.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
             drv.check(drv.lib.cuEventRecord(ev[0], handle), f"cuEventRecord(0x{stream:x})")
-            fast = self.fast
-            drv.check(_poll(drv.lib.cuEventQuery, ev[0],
-                            fast.spin_event if fast is not None else None), "cuEventQuery")
+            drv.check(self.poll_event(ev[0]), "cuEventQuery")
         finally:
             drv.lib.cuEventDestroy_v2(ev[0])
 

@@ -12,7 +12,7 @@ from ._cuda_driver import ptr as _ptr
 from .accel_specs import CudaCopier, LaunchSpec
 from .args import slotted
 from .common import AllocKind, GenericDevice, GenericKernel
-from .cuda_kernels import _NOT_READY, SHARED_DEFAULT, CUDAKernels, _ffi, _poll
+from .cuda_kernels import _NOT_READY, SHARED_DEFAULT, CUDAKernels, _ffi
 from .waits import SPIN_SECONDS
 
 
@@ -137,7 +137,8 @@ class CUDADevice(CUDAKernels):
     def accel_copier(self) -> CudaCopier | None:
         """The one-piece pinned copy of _copy_now_impl, for offload/accel_c: the driver's
         entry points, the context, two streams of our own (kept until the device goes),
-        _poll for copies that outlast the spin, the driver's error check."""
+        the plugin's poll_stream for copies that outlast the spin, the driver's error
+        check."""
         fast = self.plugin.fast
         if fast is None:
             return None
@@ -146,13 +147,11 @@ class CUDADevice(CUDAKernels):
 
         def addr(cdata: Any) -> int:
             return int(_ffi.cast("uintptr_t", cdata))
-
-        def poll(stream: Any) -> int:
-            return _poll(drv.lib.cuStreamQuery, stream, fast.spin_stream)
         return CudaCopier("cuda", addr(fast.set_ctx), addr(self.context), addr(fast.h2d),
                           addr(fast.d2h), addr(fast.query), SPIN_SECONDS,
-                          tuple(addr(q) for q in streams), streams, poll, drv.check, drv,
-                          self.id, self.plugin.pin_split or 0, addr(fast.launch))
+                          tuple(addr(q) for q in streams), streams, self.plugin.poll_stream,
+                          drv.check, drv, self.id, self.plugin.pin_split or 0,
+                          addr(fast.launch))
 
     accel_launches = True
 
@@ -178,7 +177,7 @@ class CUDADevice(CUDAKernels):
         the queue back (not when interrupted), raise the driver's error as `what`'s."""
         drv = self.plugin.drv
         if rc == _NOT_READY:
-            rc = self._poll_stream(q)
+            rc = self.plugin.poll_stream(q)
         self.queues.release(q)
         drv.check(rc, what)
 
@@ -279,14 +278,15 @@ class CUDADevice(CUDAKernels):
         self.plugin.drv.lib.cuStreamDestroy_v2(queue)
 
     def _sync_impl(self, queue: Any) -> None:
-        """Wait for a stream by polling it (`_poll`), so a pending Ctrl-C is delivered."""
+        """Wait for a stream by polling it (the plugin's poll_stream), so a pending Ctrl-C
+        is delivered."""
         drv = self.plugin.drv
         drv.alive()
         if queue is None:
             self.activate()
             drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
             return
-        drv.check(self._poll_stream(queue), "cuStreamSynchronize")
+        drv.check(self.plugin.poll_stream(queue), "cuStreamSynchronize")
 
     # ---- events: CUDA events, waited for by polling ---------------------------
     def _event_create_impl(self) -> Any:
@@ -308,16 +308,7 @@ class CUDADevice(CUDAKernels):
         return True
 
     def _event_sync_impl(self, event: Any) -> None:
-        fast = self.plugin.fast
-        self.plugin.drv.check(_poll(self.plugin.drv.lib.cuEventQuery, event,
-                                    fast.spin_event if fast is not None else None),
-                              "cuEventQuery")
-
-    def _poll_stream(self, stream: Any) -> int:
-        """The common wait (waits.poll) of `stream`, spinning in the helper where built."""
-        fast = self.plugin.fast
-        return _poll(self.plugin.drv.lib.cuStreamQuery, stream,
-                     fast.spin_stream if fast is not None else None)
+        self.plugin.drv.check(self.plugin.poll_event(event), "cuEventQuery")
 
     def _queue_wait_event_impl(self, queue: Any, event: Any) -> None:
         self.activate()

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
+from .accel_specs import LaunchSpec
 from .args import GenericKernel
 from .memory_pool import AllocKind
 
@@ -36,6 +37,13 @@ class DeviceHooks:
                        queue: Any) -> bool:
         """Device -> device; False when this pair needs the host in between."""
         return False
+
+    def _accel_launch_impl(self, kernel: GenericKernel, teams: int | None,
+                           threads: int | None, shared_mem: int) -> LaunchSpec | None:
+        """The LaunchSpec with which offload/accel_c launches this kernel itself, or None
+        where the vendor's C path does not apply (the geometry refused: `_launch_impl`
+        then explains)."""
+        return None
 
     def _load_impl(self, binary: Binary) -> Any: raise NotImplementedError
 

@@ -98,12 +98,6 @@ class GenericDevice(DeviceHooks):
                 kernel.fast_launch[key] = spec
         return spec
 
-    def _accel_launch_impl(self, kernel: GenericKernel, teams: int | None,
-                           threads: int | None, shared_mem: int) -> LaunchSpec | None:
-        """The vendor's LaunchSpec for this launch, or None where its C path does not
-        apply (the geometry refused: `_launch_impl` then explains)."""
-        return None
-
     def profile_clock(self) -> profile.DeviceClock | None:
         """The device's clock for the profile (made at first use), or None."""
         clock = self._clock

@@ -116,7 +116,7 @@ def test_deferred_work_runs_in_order_as_the_outermost_step_ends(make):
 
 
 @pytest.mark.parametrize("make", _lock_types(), ids=lambda t: f"{t.__module__}.{t.__name__}")
-def test_a_failed_or_interrupted_acquire_leaves_no_step_counted(make):
+def test_a_failed_or_timed_out_acquire_leaves_no_step_counted(make):
     """An acquire that does not take the lock (held by another thread; timed out) counts
     no step: later finalizers of this thread run at once."""
     lock = make()
