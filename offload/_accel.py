@@ -1,14 +1,14 @@
-"""The accelerator: MappingTable.begin_single_range/end_single_range in C for devices
-whose memory is host memory (the host plugin).
+"""The compiled mapping core and its loader: TableCore and HostDataToTarget in C (the
+twins of offload/mapping/core.py and offload/entries.py), and the fewer-steps paths that
+work on them (MappingTable.begin_single_range/end_single_range on host memory, updates and
+launches on mapped data).
 
 A CPython extension (offload/accel_c/accel.c and the parts it includes) built once per
-Python and source into offload's
-cache with the C compiler, loaded from an anonymous memory file like compile_c's images.
-Its two calls work on the Python table's own structures and call the Python methods for
-every case that is not the single-range one, having changed nothing; the Python code stays the
-owner of the rules. Without a compiler or Python's headers (or with OFFLOAD_ACCEL=0, or on
-a free-threaded Python, whose GIL-free threads it does not expect) tables keep the Python
-methods: the same results, slower.
+Python and source into offload's cache with the C compiler, loaded from an anonymous memory
+file like compile_c's images. Its calls take the single-range cases and call the Python
+methods for every other case, having changed nothing. Without a compiler or Python's
+headers (or with OFFLOAD_ACCEL=0, or on a free-threaded Python, whose GIL-free threads it
+does not expect) tables use the pure-Python twins: the same results, slower.
 """
 from __future__ import annotations
 
@@ -120,6 +120,22 @@ def new_lock(config: _config.Config) -> Any:
     return locks.Lock() if module is None else module.Lock()
 
 
+def table_core_type(config: _config.Config, twin: type, twin_entry: type) -> type:
+    """The TableCore a table of this configuration uses: the compiled one (its entries
+    the compiled HostDataToTarget), or `twin` without the extension or with
+    OFFLOAD_ACCEL=0. A compiled core whose entry fields differ from `twin_entry`'s
+    __slots__ is refused with a TypeError (it would make entries lacking a field)."""
+    module = load() if config.accel else None
+    if module is None:
+        return twin
+    ours, theirs = tuple(module.ENTRY_FIELDS), tuple(getattr(twin_entry, "__slots__", ()))
+    if ours != theirs:
+        raise TypeError(f"HostDataToTarget has the fields {theirs} where the compiled mapping "
+                        f"core knows {ours}: the two cores disagree on the entry layout "
+                        f"(offload/entries.py and offload/accel_c/table.c)")
+    return module.TableCore  # type: ignore[no-any-return]
+
+
 def single_range_function(config: _config.Config, ndarray: type, not_single_range: int,
                    python: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
     """MapClause.single_range (`python`) in C, as a function of the clause, or None without the
@@ -131,17 +147,17 @@ def single_range_function(config: _config.Config, ndarray: type, not_single_rang
     return module.single_range  # type: ignore[no-any-return]
 
 
-def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
+def accelerate(table: Any, core: Any, dev: Any, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]
                ) -> tuple[Callable[..., Any] | None, ...] | None:
     """(begin_single_range, end_single_range, update_single_range, present, release,
-    update_arrays) in C for `table`, each None where the Python method stays, or None for
-    all. present/release: the first half of a region on mapped data and release_busy for
-    the entries it marked (target.py); update_arrays: target_update of one whole array
-    (api.py). The C
-    calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what they
-    do not take; `release_py` frees an entry whose last copy back ran unlocked.
+    update_arrays) in C for `table`, whose state `core` (a compiled TableCore) owns, each
+    None where the Python method stays, or None for all. present/release: the first half
+    of a region on mapped data and release_busy for the entries it marked (target.py);
+    update_arrays: target_update of one whole array (api.py). The C calls fall back to
+    `begin_py`, `end_py`, `update_py` (the Python methods) for what they do not take;
+    `release_py` frees an entry whose last copy back ran unlocked.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
     update: where the device gives a copier (GenericDevice.accel_copier). None with
     OFFLOAD_ACCEL=0 or without the extension."""
@@ -152,13 +168,13 @@ def accelerate(table: Any, dev: Any, entry_type: type, kind: Any,
     plain = bool(getattr(dev, "host_memory", False)) and not plugin.asynchronous and \
         config.lock_mapped is _config.LockMapped.OFF
     module = load()
-    if module is None:
+    if module is None or not isinstance(core, module.TableCore):
         return None
     copier = dev.accel_copier()
     if not plain and copier is None:
         return None
     begin, end, update, present, release, arrays = module.accelerate(
-        table, dev, plugin, entry_type, kind, locks.Latch, begin_py, end_py, release_py,
+        table, core, dev, plugin, kind, locks.Latch, begin_py, end_py, release_py,
         update_py, LIMIT, plugin.staging_threshold, copier)
     return (begin if plain else None, end if plain else None,
             update if copier is not None else None, present, release,

@@ -1,4 +1,6 @@
-"""Check that offload's imports point down the layers of docs/design.md §1 (run by .ci/run).
+"""Check that offload's imports point down the layers of docs/design.md §1 (run by .ci/run),
+and that the compiled mapping core's C reaches Python objects only through its one
+declared interface (offload/accel_c/interface.c), never a mapping class's attribute.
 
 Layers are whole numbers, and the folders show them: a module's layer follows from
 its folder (mapping/, capi/, pykernels/, testing/, the three groups of plugins/), and
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "offload"
@@ -141,11 +144,66 @@ def problems() -> list[str]:
     return bad
 
 
+#: the compiled core's C and its one declared interface
+CORE = "accel_c"
+INTERFACE = "interface.c"
+#: owners whose attributes the C must never name: the mapping classes (the core owns
+#: their state as its own types instead)
+MAPPING_OWNERS = ("offload.mapping", "offload.entries")
+#: C API calls that name an attribute with a string literal
+_BY_LITERAL = re.compile(r"\b(PyObject_(?:Get|Set|Has|Del)AttrString|PyObject_CallMethod|"
+                         r"PyUnicode_InternFromString|_PyObject_GetAttrId)\s*\(")
+#: C API calls (and the core's two helpers over them) whose second argument is an
+#: attribute name object; a helper's own call passes its parameter `name` on a line marked
+#: with HELPER_MARK
+HELPER_MARK = "/* a name its caller declared */"
+_BY_NAME = re.compile(r"\b(PyObject_(?:Get|Set|Del)Attr|PyObject_HasAttr|attr_size|attr_false|"
+                      r"PyObject_CallMethod(?:NoArgs|OneArg|ObjArgs)|PyObject_VectorcallMethod)"
+                      r"\s*\(\s*[^,()]+(?:\([^()]*\))?\s*,\s*([A-Za-z_][A-Za-z_0-9]*)")
+_DECLARED = re.compile(r"\{&(s_[a-z_0-9]+),\s*\"([^\"]+)\",\s*\"([^\"]+)\"\}")
+
+
+def interface(root: pathlib.Path | None = None) -> list[tuple[str, str, str]]:
+    """(variable, owner, name) of each entry of the core's declared interface."""
+    path = (root or ROOT) / CORE / INTERFACE
+    return _DECLARED.findall(path.read_text()) if path.exists() else []
+
+
+def c_problems(root: pathlib.Path | None = None) -> list[str]:
+    """Where the core's C names an attribute outside its declared interface, names one of
+    a mapping class, or declares a name it never uses."""
+    folder = (root or ROOT) / CORE
+    declared = interface(root)
+    if not declared:
+        return [f"{CORE}/{INTERFACE}: no declared interface found"]
+    names = {var for var, _, _ in declared}
+    bad = [f"{CORE}/{INTERFACE}: {owner}.{name} is an attribute of a mapping class (the core "
+           f"owns that state: offload/accel_c/table.c)"
+           for _, owner, name in declared if owner.startswith(MAPPING_OWNERS)]
+    used: set[str] = set()
+    for path in sorted(folder.glob("*.c")):
+        if path.name == INTERFACE:
+            continue
+        text = path.read_text()
+        used |= set(re.findall(r"\bs_[a-z_0-9]+\b", text))
+        for n, line in enumerate(text.splitlines(), 1):
+            if m := _BY_LITERAL.search(line):
+                bad.append(f"{CORE}/{path.name}:{n}: {m.group(1)} names an attribute by a "
+                           f"string: declare it in {INTERFACE}")
+            for m in _BY_NAME.finditer("" if line.startswith("static ") else line):
+                if m.group(2) not in names and not (m.group(2) == "name" and
+                                                    line.rstrip().endswith(HELPER_MARK)):
+                    bad.append(f"{CORE}/{path.name}:{n}: {m.group(1)} with {m.group(2)}, a name "
+                               f"not declared in {INTERFACE}")
+    bad += [f"{CORE}/{INTERFACE}: {var} is declared and never used" for var in sorted(names - used)]
+    return bad
+
+
 def main() -> int:
-    bad = problems()
+    bad = problems() + c_problems()
     for line in bad:
         print(line)
-    print(f"layers: {len(bad)} problem(s)")
+    print(f"layers and the core's C interface: {len(bad)} problem(s)")
     return 1 if bad else 0
 
 

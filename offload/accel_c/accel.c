@@ -26,8 +26,10 @@
 
 #include <pythread.h>
 
+#include "interface.c"
 #include "cuda_work.c"
 #include "lock.c"
+#include "table.c"
 #include "common.c"
 #include "single_range.c"
 #include "update.c"
@@ -38,12 +40,14 @@
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
     Py_VISIT(a->ref[i]);
+  Py_VISIT(a->core);
   return 0;
 }
 
 static int Accel_clear(Accel *a) {
   for (int i = 0; i < NREFS; i++)
     Py_CLEAR(a->ref[i]);
+  Py_CLEAR(a->core);
   return 0;
 }
 
@@ -72,7 +76,7 @@ typedef struct {
 } Method;
 
 static PyObject *Method_call(Method *m, PyObject *const *args, size_t nargsf, PyObject *kw) {
-  if (m->owner == NULL || R(m->owner, TABLE) == NULL) {
+  if (m->owner == NULL || R(m->owner, TABLE) == NULL || m->owner->core == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "offload accelerator: its table is gone");
     return NULL;
   }
@@ -120,63 +124,37 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
   return (PyObject *)m;
 }
 
-/* accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, release_py,
+/* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)
- * -> (begin_single_range, end_single_range, update_single_range, present, release, update_arrays)
- * -> (begin_single_range, end_single_range). The table's lock, dict and lists, the device's lock,
- * allocation records, pool and statistics are taken now: they must be changed in place
- * for the table's lifetime. */
+ * -> (begin_single_range, end_single_range, update_single_range, present, release,
+ *     update_arrays) for one MappingTable, whose state `core` (a TableCore) owns. The
+ * device's lock, allocation records, pool and statistics are taken now: they must be
+ * changed in place for the table's lifetime. */
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
-  PyObject *table, *dev, *plugin, *entry_type, *kind, *new_lock, *begin_py, *end_py,
-      *release_py, *update_py, *stage, *copier;
+  PyObject *table, *core, *dev, *plugin, *kind, *new_lock, *begin_py, *end_py, *release_py,
+      *update_py, *stage, *copier;
   Py_ssize_t limit;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "OOOO!OOOOOOnOO", &table, &dev, &plugin, &PyType_Type,
-                        &entry_type, &kind, &new_lock, &begin_py, &end_py, &release_py,
-                        &update_py, &limit, &stage, &copier))
+  if (!PyArg_ParseTuple(args, "OO!OOOOOOOOnOO", &table, &TableCoreType, &core, &dev, &plugin,
+                        &kind, &new_lock, &begin_py, &end_py, &release_py, &update_py, &limit,
+                        &stage, &copier))
     return NULL;
   Accel *a = PyObject_GC_New(Accel, &AccelType);
   if (!a)
     return NULL;
   for (int i = 0; i < NREFS; i++)
     a->ref[i] = NULL;
+  a->core = (TableCore *)Py_NewRef(core);
   a->limit = limit;
-  a->tlock = a->dlock = NULL;
+  a->dlock = NULL;
   memset(&a->copier, 0, sizeof a->copier);
   a->stage = stage == Py_None ? -1 : PyLong_AsSsize_t(stage);
   PyObject_GC_Track(a);
   if (a->stage == -1 && PyErr_Occurred())
     goto bad;
-  for (int i = 0; i < NSLOTS; i++) {
-    PyObject *d = PyObject_GetAttrString(entry_type, slot_names[i]);
-    if (!d)
-      goto bad;
-    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-    if (ok)
-      a->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    Py_DECREF(d);
-    if (!ok) {
-      PyErr_Format(PyExc_TypeError, "HostDataToTarget.%s is not a slot", slot_names[i]);
-      goto bad;
-    }
-  }
-  {                  /* the entry layout must be the one this core knows, slot for slot */
-    PyObject *slots = PyObject_GetAttrString(entry_type, "__slots__");
-    Py_ssize_t count = slots && PyTuple_Check(slots) ? PyTuple_GET_SIZE(slots) : -1;
-    Py_XDECREF(slots);
-    if (count != NSLOTS) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError,
-                   "HostDataToTarget has %zd slots where the compiled mapping core knows %d "
-                   "(%s ... %s): the two cores disagree on the entry layout",
-                   count, NSLOTS, slot_names[0], slot_names[NSLOTS - 1]);
-      goto bad;
-    }
-  }
   PyObject *given[NREFS] = {NULL};
   given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
-  given[ENTRY_TYPE] = entry_type; given[KIND] = kind; given[NEW_LOCK] = new_lock;
+  given[KIND] = kind; given[NEW_LOCK] = new_lock;
   given[BEGIN_PY] = begin_py; given[END_PY] = end_py; given[RELEASE_PY] = release_py;
   given[UPDATE_PY] = update_py;
   for (int i = 0; i < NREFS; i++) {
@@ -185,36 +163,25 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
       a->ref[i] = given[i];
     }
   }
-  PyObject *lock = NULL, *dev_lock = NULL, *pool = NULL;
-  int ok = (a->ref[WHERE] = PyUnicode_FromString("unknown:0:0")) &&
-           (lock = PyObject_GetAttrString(table, "_lock")) &&
-           (a->ref[ACQUIRE] = PyObject_GetAttrString(lock, "acquire")) &&
-           (a->ref[RELEASE] = PyObject_GetAttrString(lock, "release")) &&
-           (a->ref[BY_START] = PyObject_GetAttrString(table, "_by_start")) &&
-           (a->ref[STARTS] = PyObject_GetAttrString(table, "_starts")) &&
-           (a->ref[ENTRIES] = PyObject_GetAttrString(table, "_entries")) &&
-           (dev_lock = PyObject_GetAttrString(dev, "_lock")) &&
-           (a->ref[DEV_ACQUIRE] = PyObject_GetAttrString(dev_lock, "acquire")) &&
-           (a->ref[DEV_RELEASE] = PyObject_GetAttrString(dev_lock, "release")) &&
-           (a->ref[ALLOCS] = PyObject_GetAttrString(dev, "_allocs")) &&
-           (pool = PyObject_GetAttrString(dev, "pool")) &&
-           (a->ref[POOL_FREE] = PyObject_GetAttrString(pool, "_free")) &&
-           (a->ref[STATS] = PyObject_GetAttrString(dev, "stats")) &&
-           (a->ref[IDLE] = PyObject_GetAttrString(table, "_idle"));
+  PyObject *dev_lock = NULL, *pool = NULL;
+  int ok = (dev_lock = PyObject_GetAttr(dev, s_lock_attr)) &&
+           (a->ref[DEV_ACQUIRE] = PyObject_GetAttr(dev_lock, s_acquire)) &&
+           (a->ref[DEV_RELEASE] = PyObject_GetAttr(dev_lock, s_release)) &&
+           (a->ref[ALLOCS] = PyObject_GetAttr(dev, s_allocs)) &&
+           (pool = PyObject_GetAttr(dev, s_pool)) &&
+           (a->ref[POOL_FREE] = PyObject_GetAttr(pool, s_free)) &&
+           (a->ref[STATS] = PyObject_GetAttr(dev, s_stats));
   if (pool) {
     a->ref[POOL] = pool;
     pool = NULL;
   }
-  a->tlock = ok && Py_IS_TYPE(lock, &LockType) ? (Lock *)lock : NULL;   /* kept alive by */
-  a->dlock = ok && Py_IS_TYPE(dev_lock, &LockType) ? (Lock *)dev_lock : NULL;  /* ACQUIRE */
-  Py_XDECREF(lock);
+  a->dlock = ok && Py_IS_TYPE(dev_lock, &LockType) ? (Lock *)dev_lock : NULL;  /* kept alive by DEV_ACQUIRE */
   Py_XDECREF(dev_lock);
   if (!ok)
     goto bad;
-  if (!PyDict_CheckExact(R(a, BY_START)) || !PyList_CheckExact(R(a, STARTS)) ||
-      !PyList_CheckExact(R(a, ENTRIES)) || !PyDict_CheckExact(R(a, ALLOCS)) ||
-      !PyDict_CheckExact(R(a, POOL_FREE)) || !PyDict_CheckExact(R(a, STATS))) {
-    PyErr_SetString(PyExc_TypeError, "offload accelerator: unexpected table or device");
+  if (!PyDict_CheckExact(R(a, ALLOCS)) || !PyDict_CheckExact(R(a, POOL_FREE)) ||
+      !PyDict_CheckExact(R(a, STATS))) {
+    PyErr_SetString(PyExc_TypeError, "offload accelerator: unexpected device");
     goto bad;
   }
   /* ("memcpy",) or ("cuda", set_ctx, ctx, h2d, d2h, query, spin, streams, stream_objects,
@@ -287,7 +254,7 @@ static PyMethodDef methods[] = {
      "single_range(clause) -> MapClause.single_range(clause): (address, size, type, array, read-only) or "
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
-     "accelerate(table, dev, plugin, entry_type, kind, new_lock, begin_py, end_py, "
+     "accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, "
      "release_py, update_py, limit, stage, copier) -> (begin_single_range, end_single_range, update_single_range, "
      "present, release, update_arrays) "
      "for one MappingTable."},
@@ -296,36 +263,28 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-#define INTERN(v, s) if (!(v = PyUnicode_InternFromString(s))) return NULL
 PyMODINIT_FUNC PyInit__accel_c(void) {
-  INTERN(s_acquire, "acquire"); INTERN(s_release, "release"); INTERN(s_observed, "observed");
-  INTERN(s_waiting, "_waiting"); INTERN(s_bytes, "bytes");
-  INTERN(s_limit, "limit"); INTERN(s_alloc_starts, "_alloc_starts");
-  INTERN(s_wait_before_reuse, "_wait_before_reuse"); INTERN(s_pinned, "pinned");
-  INTERN(s_starts, "_starts"); INTERN(s_to_unpinned, "to unpinned");
-  INTERN(s_from_unpinned, "from unpinned"); INTERN(s_locked, "locked");
-  INTERN(s_copy_back, "copy_back"); INTERN(s_array, "array"); INTERN(s_type, "type");
-  INTERN(s_busy_attr, "busy"); INTERN(s_dead, "dead"); INTERN(s_lock_attr, "_lock");
-  INTERN(s_entries_attr, "_entries"); INTERN(s_host, "host"); INTERN(s_size, "size");
-  INTERN(s_pending, "pending"); INTERN(s_dev, "dev"); INTERN(s_notify_all, "notify_all");
-  INTERN(s_to_pinned, "to pinned"); INTERN(s_from_pinned, "from pinned");
-  INTERN(s_to_pinned_ops, "to pinned ops"); INTERN(s_from_pinned_ops, "from pinned ops");
-  INTERN(s_to_unpinned_ops, "to unpinned ops");
-  INTERN(s_from_unpinned_ops, "from unpinned ops"); INTERN(s_pool_hits, "pool hits");
-  INTERN(s_last_kernel, "last_kernel"); INTERN(s_h2d_name, "cuMemcpyHtoDAsync");
-  INTERN(s_d2h_name, "cuMemcpyDtoHAsync");
-  INTERN(s_append, "append"); INTERN(s_pop, "pop"); INTERN(s_rt, "rt");
-  INTERN(s_live, "live"); INTERN(s_closing, "closing");
-  INTERN(s_inflight, "_inflight"); INTERN(s_pending_attr, "pending");
-  INTERN(s_shutting, "is shutting down");
-  if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||
-      PyType_Ready(&OperationType) < 0 || PyType_Ready(&LockType) < 0)
+  if (interface_setup() < 0)
     return NULL;
-  PyObject *m = PyModule_Create(&module);
-  if (m && (PyModule_AddObjectRef(m, "Operation", (PyObject *)&OperationType) < 0 ||
-            PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0)) {
-    Py_DECREF(m);
+  PyObject *fields = entry_fields(), *names = interface_names();
+  if (!fields || !names || PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||
+      PyType_Ready(&OperationType) < 0 || PyType_Ready(&LockType) < 0 ||
+      PyType_Ready(&EntryType) < 0 || PyType_Ready(&TableCoreType) < 0) {
+    Py_XDECREF(fields);
+    Py_XDECREF(names);
     return NULL;
   }
+  PyObject *m = PyModule_Create(&module);
+  if (m && (PyModule_AddObjectRef(m, "Operation", (PyObject *)&OperationType) < 0 ||
+            PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+            PyModule_AddObjectRef(m, "TableCore", (PyObject *)&TableCoreType) < 0 ||
+            PyModule_AddObjectRef(m, "HostDataToTarget", (PyObject *)&EntryType) < 0 ||
+            PyModule_AddObjectRef(m, "ENTRY_FIELDS", fields) < 0 ||
+            PyModule_AddObjectRef(m, "INTERFACE", names) < 0)) {
+    Py_DECREF(m);
+    m = NULL;
+  }
+  Py_DECREF(fields);
+  Py_DECREF(names);
   return m;
 }

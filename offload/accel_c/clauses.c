@@ -3,7 +3,7 @@
 
 /* single_range(clause): MapClause.single_range in one call (the buffer protocol gives the address, size,
  * C-contiguity and writability at once). Set up by single_range_setup(ndarray, not_single_range). */
-static PyObject *single_range_py, *s_array, *s_type;
+static PyObject *single_range_py;
 static long not_single_range = -1;
 
 static PyObject *single_range_setup(PyObject *mod, PyObject *args) {

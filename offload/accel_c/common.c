@@ -1,17 +1,9 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): the shared state, the table's
  * and device's objects, and helpers. */
 
-/* Slots of HostDataToTarget, by their offsets in the object. */
-enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
-       FAILED, WHERE_, BUSY, VIEWS, SHADOWS, NSLOTS };
-static const char *slot_names[NSLOTS] = {
-    "hst_begin", "hst_end", "hst_base", "tgt_begin", "dyn", "hold", "owner", "name", "pinned",
-    "owned", "ready", "failed", "where", "busy", "views", "shadows"};
-
 /* Objects the table and device keep for their lifetime (they change them in place). */
-enum { TABLE, DEV, PLUGIN, ENTRY_TYPE, KIND, NEW_LOCK, WHERE, BEGIN_PY, END_PY, ACQUIRE,
-       RELEASE, BY_START, STARTS, ENTRIES, DEV_ACQUIRE, DEV_RELEASE, ALLOCS, POOL, POOL_FREE,
-       STATS, RELEASE_PY, UPDATE_PY, IDLE, POLL, CHECK, DRV, STREAMS, NREFS };
+enum { TABLE, DEV, PLUGIN, KIND, NEW_LOCK, BEGIN_PY, END_PY, DEV_ACQUIRE, DEV_RELEASE, ALLOCS,
+       POOL, POOL_FREE, STATS, RELEASE_PY, UPDATE_PY, POLL, CHECK, DRV, STREAMS, NREFS };
 
 /* How update copies run in C: memcpy (host memory), or a CUDA copy of a pinned range
  * enqueued and spun on through the driver's entry points (the GIL released). */
@@ -32,27 +24,16 @@ typedef struct {
 typedef struct {
   PyObject_HEAD
   PyObject *ref[NREFS];
-  Py_ssize_t off[NSLOTS];
+  TableCore *core;        /* the table's state: its entries, lock, waiters, `observed` */
   Py_ssize_t limit;       /* largest copy made under the table lock */
   Py_ssize_t stage;       /* the plugin's staging threshold (-1: none) */
   Copier copier;
-  Lock *tlock, *dlock;    /* the table's and the device's locks, when of our type */
+  Lock *dlock;            /* the device's lock, when of our type */
 } Accel;
 
 #define R(a, i) ((a)->ref[i])
 static PyObject *ndarray_type;
 static int whole_array_buffer(PyObject *arr, long t, uintptr_t *pp, Py_ssize_t *np_, int *rop);
-#define SLOT(a, o, i) (*(PyObject **)((char *)(o) + (a)->off[i]))
-#define IS_ENTRY(a, o) (Py_TYPE(o) == (PyTypeObject *)R(a, ENTRY_TYPE))
-
-static PyObject *s_acquire, *s_release;
-static PyObject *s_observed, *s_waiting, *s_bytes, *s_limit, *s_alloc_starts,
-    *s_wait_before_reuse, *s_pinned, *s_starts, *s_to_unpinned, *s_from_unpinned, *s_locked,
-    *s_copy_back, *s_busy_attr, *s_dead, *s_lock_attr, *s_entries_attr, *s_host, *s_size,
-    *s_pending, *s_dev, *s_notify_all, *s_to_pinned, *s_from_pinned, *s_last_kernel,
-    *s_to_pinned_ops, *s_from_pinned_ops, *s_to_unpinned_ops, *s_from_unpinned_ops,
-    *s_pool_hits,
-    *s_h2d_name, *s_d2h_name;
 
 static int try_lock(PyObject *acquire);
 static void unlock(PyObject *release);
@@ -60,16 +41,16 @@ static void unlock(PyObject *release);
 /* One of the two locks (`table`: the table's, else the device's) taken without blocking
  * (1, else 0) and given back; the two-lock forms below are what the steps call. */
 static int lock_try(Accel *a, int table) {
-  Lock *l = table ? a->tlock : a->dlock;
-  return l ? lock_take(l) : try_lock(R(a, table ? ACQUIRE : DEV_ACQUIRE));
+  Lock *l = table ? a->core->lock : a->dlock;
+  return l ? lock_take(l) : try_lock(R(a, DEV_ACQUIRE));
 }
 
 static void lock_back(Accel *a, int table) {
-  Lock *l = table ? a->tlock : a->dlock;
+  Lock *l = table ? a->core->lock : a->dlock;
   if (l)
     lock_give(l);
   else
-    unlock(R(a, table ? RELEASE : DEV_RELEASE));
+    unlock(R(a, DEV_RELEASE));
 }
 
 /* The table's lock taken without blocking: 1, else 0. */
@@ -80,33 +61,13 @@ static void give_table_lock(Accel *a) { lock_back(a, 1); }
 static void give_device_lock(Accel *a) { lock_back(a, 0); }
 
 /* The table's lock taken waiting: 1, else -1 with an exception. */
-static int wait_table_lock(Accel *a) {
-  if (a->tlock)
-    return lock_wait(a->tlock, -1);
-  PyObject *r = PyObject_CallNoArgs(R(a, ACQUIRE));
-  if (!r)
-    return -1;
-  Py_DECREF(r);
-  return 1;
-}
+static int wait_table_lock(Accel *a) { return lock_wait(a->core->lock, -1); }
 
 /* Give back the device's lock (when `dev_locked`), then the table's. */
 static void give_locks(Accel *a, int dev_locked) {
   if (dev_locked)
     give_device_lock(a);
   give_table_lock(a);
-}
-
-/* Store v (a new reference, stolen) in slot i of o; the old value goes to *old, else is
- * dropped. */
-static void put(Accel *a, PyObject *o, int i, PyObject *v, PyObject **old) {
-  PyObject **p = &SLOT(a, o, i);
-  PyObject *was = *p;
-  *p = v;
-  if (old)
-    *old = was;
-  else
-    Py_XDECREF(was);
 }
 
 /* A lock taken without blocking, through its bound acquire: 1 taken, 0 held elsewhere
@@ -182,7 +143,7 @@ static int as_size(PyObject *o, long long *out) {
 
 /* The attribute as an exact int (0: missing or not one, error cleared). */
 static int attr_size(PyObject *o, PyObject *name, long long *out) {
-  PyObject *v = PyObject_GetAttr(o, name);
+  PyObject *v = PyObject_GetAttr(o, name);       /* a name its caller declared */
   if (!v) {
     PyErr_Clear();
     return 0;
@@ -194,7 +155,7 @@ static int attr_size(PyObject *o, PyObject *name, long long *out) {
 
 /* Whether the attribute is falsy (0 when it is truthy, missing or fails). */
 static int attr_false(PyObject *o, PyObject *name) {
-  PyObject *v = PyObject_GetAttr(o, name);
+  PyObject *v = PyObject_GetAttr(o, name);       /* a name its caller declared */
   if (!v) {
     PyErr_Clear();
     return 0;
@@ -283,7 +244,7 @@ static int range_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t 
     return 0;
   if (nn <= 0 || (tt & ~3LL) || *p + (uintptr_t)nn < *p)
     return 0;
-  if (!attr_false(R(a, TABLE), s_observed))       /* INFO bits or a listener */
+  if (a->core->observed)                        /* INFO bits or a listener */
     return 0;
   *n = (Py_ssize_t)nn;
   *t = (long)tt;
@@ -293,20 +254,20 @@ static int range_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t 
 /* busy -= 1 on entry e (the caller holds the table lock): 0, or -1 with an exception. */
 static int unmark_one(Accel *a, PyObject *e) {
   PyObject *one = PyLong_FromLong(1);
-  PyObject *less = one ? PyNumber_Subtract(SLOT(a, e, BUSY), one) : NULL;
+  PyObject *less = one ? PyNumber_Subtract(F(e, BUSY), one) : NULL;
   Py_XDECREF(one);
   if (!less)
     return -1;
-  put(a, e, BUSY, less, NULL);
+  put(e, BUSY, less, NULL);
   return 0;
 }
 
-/* Wake the threads waiting on the table's _idle condition, as release_busy does (the
+/* Wake the threads waiting on the table's idle condition, as release_busy does (the
  * caller holds the table lock): 0, or -1 with an exception. */
 static int wake_waiters(Accel *a) {
-  if (attr_false(R(a, TABLE), s_waiting))
+  if (!a->core->waiting)
     return 0;
-  PyObject *w = PyObject_CallMethodNoArgs(R(a, IDLE), s_notify_all);
+  PyObject *w = PyObject_CallMethodNoArgs(a->core->idle, s_notify_all);
   if (!w)
     return -1;
   Py_DECREF(w);

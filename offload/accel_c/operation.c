@@ -13,8 +13,6 @@ typedef struct {
   vectorcallfunc vectorcall;
 } Operation;
 
-static PyObject *s_append, *s_pop, *s_rt, *s_live, *s_closing, *s_inflight, *s_pending_attr,
-    *s_shutting;
 
 static PyObject *Operation_call(Operation *o, PyObject *const *args, size_t nargsf,
                                 PyObject *kwnames) {

@@ -18,7 +18,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   PyObject *spec = nargs > 1 && args[1] != Py_None ? args[1] : NULL;
   PyObject *given = args[0];
   Py_ssize_t count = PyTuple_GET_SIZE(given);
-  if (!attr_false(R(a, TABLE), s_observed))       /* INFO bits or a listener */
+  if (a->core->observed)                         /* INFO bits or a listener */
     Py_RETURN_NONE;
   PyObject *kargs = PyList_New(count), *marked = PyList_New(0);
   if (!kargs || !marked) {
@@ -47,27 +47,17 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
     goto none;
   if (!try_table_lock(a))
     goto none;
-  PyObject *starts = R(a, STARTS), *entries = R(a, ENTRIES);
   for (Py_ssize_t i = 0; i < count; i++) {
     if (PyList_GET_ITEM(kargs, i))
       continue;
-    uintptr_t p = addr[i], end, begin, tgt;
+    uintptr_t p = addr[i], begin, tgt;
     Py_ssize_t n = size[i] > 0 ? size[i] : 1;
-    PyObject *key = PyLong_FromUnsignedLongLong((unsigned long long)p);
-    PyObject *e = key ? PyDict_GetItemWithError(R(a, BY_START), key) : NULL;
-    Py_XDECREF(key);
-    if (!e && !PyErr_Occurred()) {                   /* the entry sharing a byte, if any */
-      Py_ssize_t j = bisect_right(starts, p) - 1;
-      if (j >= 0 && as_addr(SLOT(a, PyList_GET_ITEM(entries, j), HST_END), &end) && p < end)
-        e = PyList_GET_ITEM(entries, j);
-      else if (j + 1 < PyList_GET_SIZE(starts) &&
-               as_addr(PyList_GET_ITEM(starts, j + 1), &begin) && begin < p + (uintptr_t)n)
-        e = PyList_GET_ITEM(entries, j + 1);
-    }
+    int inside;
+    PyObject *e = core_find(a->core, p, (uintptr_t)n, &inside);   /* sharing a byte */
     PyObject *one = NULL, *busy = NULL, *dev_addr = NULL;
-    if (!e || !IS_ENTRY(a, e) || !made(SLOT(a, e, READY)) ||
-        !as_addr(SLOT(a, e, HST_BEGIN), &begin) || !as_addr(SLOT(a, e, TGT_BEGIN), &tgt) ||
-        !(one = PyLong_FromLong(1)) || !(busy = PyNumber_Add(SLOT(a, e, BUSY), one)) ||
+    if (!e || !IS_ENTRY(e) || !made(F(e, READY)) ||
+        !as_addr(F(e, HST_BEGIN), &begin) || !as_addr(F(e, TGT_BEGIN), &tgt) ||
+        !(one = PyLong_FromLong(1)) || !(busy = PyNumber_Add(F(e, BUSY), one)) ||
         !(dev_addr = PyLong_FromUnsignedLongLong(
               (unsigned long long)(tgt + (p - begin)))) ||
         PyList_Append(marked, e) < 0) {
@@ -84,7 +74,7 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
       goto none;
     }
     Py_DECREF(one);
-    put(a, e, BUSY, busy, NULL);
+    put(e, BUSY, busy, NULL);
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
   give_table_lock(a);

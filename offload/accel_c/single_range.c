@@ -16,48 +16,35 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
   if (!try_table_lock(a))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
-  PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
+  TableCore *core = a->core;
   PyObject *result = NULL, *one = NULL;
   int dev_locked = 0;
 
-  PyObject *e = PyDict_GetItemWithError(by_start, po);
+  PyObject *e = core_get(core, p, NULL);
   if (e) {                                       /* present: a reference, no copy */
     uintptr_t end;
-    if (!IS_ENTRY(a, e) || !as_addr(SLOT(a, e, HST_END), &end) || p + (uintptr_t)n > end ||
-        !made(SLOT(a, e, READY)))
+    if (!IS_ENTRY(e) || !as_addr(F(e, HST_END), &end) || p + (uintptr_t)n > end ||
+        !made(F(e, READY)))
       goto slow;
     one = PyLong_FromLong(1);
-    PyObject *dyn = one ? PyNumber_Add(SLOT(a, e, DYN), one) : NULL;
-    PyObject *nbusy = one && busy != Py_None ? PyNumber_Add(SLOT(a, e, BUSY), one) : NULL;
+    PyObject *dyn = one ? PyNumber_Add(F(e, DYN), one) : NULL;
+    PyObject *nbusy = one && busy != Py_None ? PyNumber_Add(F(e, BUSY), one) : NULL;
     if (!dyn || (busy != Py_None && (!nbusy || PyList_Append(busy, e) < 0))) {
       Py_XDECREF(dyn);
       Py_XDECREF(nbusy);
       goto done;
     }
-    put(a, e, DYN, dyn, NULL);
+    put(e, DYN, dyn, NULL);
     if (nbusy)
-      put(a, e, BUSY, nbusy, NULL);
-    result = SLOT(a, e, TGT_BEGIN);
+      put(e, BUSY, nbusy, NULL);
+    result = F(e, TGT_BEGIN);
     Py_INCREF(result);
     goto done;
   }
-  if (PyErr_Occurred())
-    goto slow;
   /* a new entry: nothing may overlap [p, p+n) */
-  Py_ssize_t i = bisect_right(starts, p) - 1, count = PyList_GET_SIZE(starts);
-  if (i < -1 || count != PyList_GET_SIZE(entries))
+  int inside;
+  if (core_find(core, p, (uintptr_t)n, &inside))
     goto slow;
-  if (i >= 0) {
-    uintptr_t end;
-    PyObject *prev = PyList_GET_ITEM(entries, i);
-    if (!IS_ENTRY(a, prev) || !as_addr(SLOT(a, prev, HST_END), &end) || p < end)
-      goto slow;
-  }
-  if (i + 1 < count) {
-    uintptr_t next;
-    if (!as_addr(PyList_GET_ITEM(starts, i + 1), &next) || next < p + (uintptr_t)n)
-      goto slow;
-  }
   if (!memcpy_now(a, n))
     goto slow;
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
@@ -103,8 +90,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   } else {
     Py_INCREF(ready);
   }
-  PyTypeObject *tp = (PyTypeObject *)R(a, ENTRY_TYPE);
-  PyObject *ent = tp->tp_alloc(tp, 0);
+  PyObject *ent = EntryType.tp_alloc(&EntryType, 0);
   PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
   PyObject *dyn = PyLong_FromLong(1), *hold = PyLong_FromLong(0);
   PyObject *nbusy = PyLong_FromLong(busy != Py_None);
@@ -114,25 +100,24 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
     Py_DECREF(ready);
     goto done;
   }
-  Py_INCREF(po); put(a, ent, HST_BEGIN, po, NULL);
-  put(a, ent, HST_END, end, NULL);
-  Py_INCREF(po); put(a, ent, HST_BASE, po, NULL);
-  Py_INCREF(addr); put(a, ent, TGT_BEGIN, addr, NULL);
-  put(a, ent, DYN, dyn, NULL);
-  put(a, ent, HOLD, hold, NULL);
-  Py_INCREF(owner); put(a, ent, OWNER, owner, NULL);
-  Py_INCREF(Py_None); put(a, ent, NAME, Py_None, NULL);
-  Py_INCREF(Py_False); put(a, ent, PINNED, Py_False, NULL);
-  Py_INCREF(Py_True); put(a, ent, OWNED, Py_True, NULL);
-  Py_INCREF(ready); put(a, ent, READY, ready, NULL);
-  Py_INCREF(Py_False); put(a, ent, FAILED, Py_False, NULL);
-  Py_INCREF(R(a, WHERE)); put(a, ent, WHERE_, R(a, WHERE), NULL);
-  put(a, ent, BUSY, nbusy, NULL);
-  Py_INCREF(Py_None); put(a, ent, VIEWS, Py_None, NULL);
-  Py_INCREF(Py_None); put(a, ent, SHADOWS, Py_None, NULL);
-  if (PyList_Insert(starts, i + 1, po) < 0 || PyList_Insert(entries, i + 1, ent) < 0 ||
-      PyDict_SetItem(by_start, po, ent) < 0 ||
-      (busy != Py_None && PyList_Append(busy, ent) < 0)) {
+  Py_INCREF(po); put(ent, HST_BEGIN, po, NULL);
+  put(ent, HST_END, end, NULL);
+  Py_INCREF(po); put(ent, HST_BASE, po, NULL);
+  Py_INCREF(addr); put(ent, TGT_BEGIN, addr, NULL);
+  put(ent, DYN, dyn, NULL);
+  put(ent, HOLD, hold, NULL);
+  Py_INCREF(owner); put(ent, OWNER, owner, NULL);
+  Py_INCREF(Py_None); put(ent, NAME, Py_None, NULL);
+  Py_INCREF(Py_False); put(ent, PINNED, Py_False, NULL);
+  Py_INCREF(Py_True); put(ent, OWNED, Py_True, NULL);
+  Py_INCREF(ready); put(ent, READY, ready, NULL);
+  Py_INCREF(Py_False); put(ent, FAILED, Py_False, NULL);
+  Py_INCREF(s_unknown_where); put(ent, WHERE_, s_unknown_where, NULL);
+  put(ent, BUSY, nbusy, NULL);
+  Py_INCREF(Py_None); put(ent, VIEWS, Py_None, NULL);
+  Py_INCREF(Py_None); put(ent, SHADOWS, Py_None, NULL);
+  if (core_insert(core, ent) < 0 || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
+    core_remove(core, ent);
     Py_DECREF(ent);
     Py_DECREF(addr);
     Py_DECREF(ready);
@@ -202,28 +187,28 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   long own = mine != Py_None;
   if (!try_table_lock(a))
     return fallback(a, END_PY, args, nargs, kwnames);
-  PyObject *by_start = R(a, BY_START), *starts = R(a, STARTS), *entries = R(a, ENTRIES);
-  PyObject *po = args[0], *result = NULL, *gone_owner = NULL, *keep = NULL;
+  TableCore *core = a->core;
+  PyObject *result = NULL, *gone_owner = NULL, *keep = NULL;
   int dev_locked = 0;
 
-  PyObject *f = PyDict_GetItemWithError(by_start, po);
+  Py_ssize_t at = -1;
+  PyObject *f = core_get(core, p, &at);
   uintptr_t end;
   long long dyn, busy, hold = 0;
-  if (!f || !IS_ENTRY(a, f) || (own && f != mine) || !as_addr(SLOT(a, f, HST_END), &end) ||
-      p + (uintptr_t)n > end || !as_size(SLOT(a, f, DYN), &dyn) ||
-      !as_size(SLOT(a, f, BUSY), &busy) || dyn < 1 || busy != own || !made(SLOT(a, f, READY)))
+  if (!f || !IS_ENTRY(f) || (own && f != mine) || !as_addr(F(f, HST_END), &end) ||
+      p + (uintptr_t)n > end || !as_size(F(f, DYN), &dyn) ||
+      !as_size(F(f, BUSY), &busy) || dyn < 1 || busy != own || !made(F(f, READY)))
     goto slow;
-  if (own && !attr_false(R(a, TABLE), s_waiting))
+  if (own && a->core->waiting)
     goto slow;                              /* someone waits for it: Python notifies */
-  int last = as_size(SLOT(a, f, HOLD), &hold) && dyn - 1 + hold == 0;
-  Py_ssize_t at = -1, size = 0;
+  int last = as_size(F(f, HOLD), &hold) && dyn - 1 + hold == 0;
+  Py_ssize_t size = 0;
   uintptr_t tgt = 0;
   PyObject *blocks = NULL, *key = NULL;
   if (last) {                       /* the copy back and the free must take memcpy_now */
-    if (SLOT(a, f, SHADOWS) != Py_None || SLOT(a, f, VIEWS) != Py_None ||  /* exported */
-        SLOT(a, f, PINNED) != Py_False ||
-        SLOT(a, f, OWNED) != Py_True || !as_addr(key = SLOT(a, f, TGT_BEGIN), &tgt) || !tgt ||
-        (at = bisect_right(starts, p) - 1) < 0 || PyList_GET_ITEM(entries, at) != f ||
+    if (F(f, SHADOWS) != Py_None || F(f, VIEWS) != Py_None ||  /* exported */
+        F(f, PINNED) != Py_False ||
+        F(f, OWNED) != Py_True || !as_addr(key = F(f, TGT_BEGIN), &tgt) || !tgt ||
         !memcpy_now(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
       goto slow;
   }
@@ -251,39 +236,25 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     Py_XDECREF(ndyn);
     goto done;
   }
-  put(a, f, DYN, ndyn, NULL);
+  put(f, DYN, ndyn, NULL);
   if (own)
-    put(a, f, BUSY, zero, NULL);
+    put(f, BUSY, zero, NULL);
   if (big) {
-    Py_INCREF(f);
-    int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
-              PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
-              PyDict_DelItem(by_start, po) < 0;
+    core_take(core, at);                          /* its reference is ours now */
     give_table_lock(a);                           /* nothing to copy back: free it */
-    PyObject *err = NULL, *typ = NULL, *tb = NULL;
-    if (bad)
-      PyErr_Fetch(&typ, &err, &tb);
     PyObject *call[2] = {R(a, TABLE), f};      /* MappingTable._release: free, unpin */
     PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
     Py_DECREF(f);
-    if (bad) {
-      Py_XDECREF(r);
-      PyErr_Restore(typ, err, tb);
-      return NULL;
-    }
     if (!r)
       return NULL;
     Py_DECREF(r);
     Py_RETURN_NONE;
   }
   if (last) {
-    keep = f;                                    /* ours until the end */
-    Py_INCREF(keep);
+    keep = core_take(core, at);                  /* ours until the end */
     Py_INCREF(key);
-    int bad = PyList_SetSlice(starts, at, at + 1, NULL) < 0 ||
-              PyList_SetSlice(entries, at, at + 1, NULL) < 0 ||
-              PyDict_DelItem(by_start, po) < 0;
-    if (!bad && back && (t & 2)) {               /* FROM */
+    int bad = 0;
+    if (back && (t & 2)) {               /* FROM */
       memcpy((void *)p, (const void *)tgt, (size_t)n);
       bad = add_stat(a, s_from_unpinned, n) < 0;
     }
@@ -311,7 +282,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     Py_XDECREF(nbytes);
     Py_DECREF(key);
     Py_INCREF(Py_None);
-    put(a, f, OWNER, Py_None, &gone_owner);     /* dropped after the locks */
+    put(f, OWNER, Py_None, &gone_owner);     /* dropped after the locks */
     if (bad)
       goto done;
   }

@@ -208,26 +208,22 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
   if (!try_table_lock(a))
     return fallback(a, UPDATE_PY, args, nargs, kwnames);
-  PyObject *e = PyDict_GetItemWithError(R(a, BY_START), args[0]);
-  if (!e && !PyErr_Occurred()) {
-    Py_ssize_t i = bisect_right(R(a, STARTS), p) - 1;
-    if (i >= 0 && i < PyList_GET_SIZE(R(a, ENTRIES)))
-      e = PyList_GET_ITEM(R(a, ENTRIES), i);
-  }
+  Py_ssize_t i = core_after(a->core, p) - 1;             /* the entry starting at or before p */
+  PyObject *e = i >= 0 ? a->core->entries[i] : NULL;
   uintptr_t begin, end, tgt0;
   PyObject *one = NULL, *busy = NULL;
-  if (!e || !IS_ENTRY(a, e) || !as_addr(SLOT(a, e, HST_BEGIN), &begin) ||
-      !as_addr(SLOT(a, e, HST_END), &end) || p < begin || p + (uintptr_t)n > end ||
-      !as_addr(SLOT(a, e, TGT_BEGIN), &tgt0) || !tgt0 || SLOT(a, e, SHADOWS) != Py_None ||
-      !made(SLOT(a, e, READY)) || !(one = PyLong_FromLong(1)) ||
-      !(busy = PyNumber_Add(SLOT(a, e, BUSY), one))) {
+  if (!e || !IS_ENTRY(e) || !as_addr(F(e, HST_BEGIN), &begin) ||
+      !as_addr(F(e, HST_END), &end) || p < begin || p + (uintptr_t)n > end ||
+      !as_addr(F(e, TGT_BEGIN), &tgt0) || !tgt0 || F(e, SHADOWS) != Py_None ||
+      !made(F(e, READY)) || !(one = PyLong_FromLong(1)) ||
+      !(busy = PyNumber_Add(F(e, BUSY), one))) {
     Py_XDECREF(one);
     PyErr_Clear();
     give_table_lock(a);
     return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
   }
   Py_DECREF(one);
-  put(a, e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
+  put(e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
   Py_INCREF(e);
   give_table_lock(a);
   int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);

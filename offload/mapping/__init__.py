@@ -32,7 +32,7 @@ class MappingTable(Begin, End):
 
     def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
         super().__init__(plugin, device, number, info)
-        fast = _accel.accelerate(self, self._dev, HostDataToTarget, AllocKind.DEVICE,
+        fast = _accel.accelerate(self, self._core, self._dev, AllocKind.DEVICE,
                                  MappingTable.begin_single_range, MappingTable.end_single_range,
                                  MappingTable._release, MappingTable.update_single_range)
         #: with the accelerator: a region's arguments on mapped data, marked in use, as
@@ -66,7 +66,7 @@ class MappingTable(Begin, End):
         effects, in fewer steps when the range starts a ready mapping that holds it, or
         touches none; anything else goes through target_data_begin."""
         with self._lock:
-            e = self._by_start.get(p)
+            e = self._core.get(p)
             if e is not None:
                 made = e.ready
                 if p + n <= e.hst_end and (made is None or not made.locked()):
@@ -76,11 +76,11 @@ class MappingTable(Begin, End):
                         busy.append(e)
                     return e.tgt_begin
                 e = None
-            elif self._find(p, n)[0] is None:           # nothing there: a new entry
-                e = HostDataToTarget(p, n, 0, None, owner)
+            elif self._core.find(p, n)[0] is None:           # nothing there: a new entry
+                e = self._entry(p, n, 0, None, owner)
                 e.dyn = 1
                 ready = e.ready = _held_lock()
-                self._insert(e)
+                self._core.insert(e)
                 if busy is not None:
                     e.busy = 1
         if e is None:
@@ -109,7 +109,7 @@ class MappingTable(Begin, End):
         target_data_end."""
         own = 0 if e is None else 1
         with self._lock:
-            f = self._by_start.get(p)
+            f = self._core.get(p)
             fast = (f is not None and (e is None or f is e) and p + n <= f.hst_end
                     and f.busy == own and 1 <= f.dyn < INF
                     and (f.ready is None or not f.ready.locked()))   # not being made
@@ -122,10 +122,10 @@ class MappingTable(Begin, End):
                     self._leavers[id(f)] = 1
                     self._hold(f)
                 elif last:
-                    self._remove(f)
+                    self._core.remove(f)
                 if own:
                     f.busy = 0
-                    if self._waiting:
+                    if self._core.waiting:
                         self._idle.notify_all()
         if not fast:
             self.end_general(p, n, t, owner, e, copy_back)

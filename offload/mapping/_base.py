@@ -3,13 +3,12 @@ busy marks and associations, and the messages LIBOMPTARGET_INFO asks for. The ru
 that change entries are in begin.py, end.py and motion.py; MappingTable joins them."""
 from __future__ import annotations
 
-import bisect
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _accel, locks, profile, tracing
+from .. import _accel, entries, locks, profile, tracing
 from ..clauses import MapItem, MapType
 from ..config import Info
 from ..diagnostics import (
@@ -20,6 +19,7 @@ from ..diagnostics import (
 from ..entries import INF, HostDataToTarget, count_text
 from ..errors import ErrorCode, OffloadError
 from ..plugins.common import AllocKind, GenericPlugin
+from .core import TableCore
 
 # plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
 _TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
@@ -77,22 +77,26 @@ class TableState:
         self.number = number          # global device number, for messages
         self._info = int(info)
         self._traced = tracing.tool is not None or profile.active is not None
-        #: INFO bits or a listener (see `observed`); the one table-level test of every
-        #: fewer-steps path (Python's and the compiled core's), which tell no one
-        self.observed = bool(self._info) or self._traced
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
         self._lock = _accel.new_lock(plugin.config)
-        self._idle = threading.Condition(self._lock)     # an entry's busy count fell to 0
-        self._waiting = 0                                  # threads waiting on _idle
-        self._starts: list[int] = []
-        self._entries: list[HostDataToTarget] = []
-        self._by_start: dict[int, HostDataToTarget] = {}   # O(1) for the common exact hit
+        core_type = _accel.table_core_type(plugin.config, TableCore, entries.HostDataToTarget)
+        #: the one owner of the entries, the lock, the idle condition and `observed`
+        #: (compiled, or its pure-Python twin: offload/mapping/core.py)
+        self._core = core = core_type(self._lock, threading.Condition(self._lock))
+        self._idle = core.idle                             # an entry's busy count fell to 0
+        self._entry = core.entry_type
+        core.observed = bool(self._info) or self._traced
         # id(entry) -> threads that dropped its last reference and have not left it yet,
         # and those of them copying it back now (see _drain, _hold, _leave)
         self._leavers: dict[int, int] = {}
         self._holders: dict[int, int] = {}
         self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
-        # on host memory, begin_single_range/end_single_range in C (the methods below for the rest)
+
+    @property
+    def observed(self) -> bool:
+        """INFO bits or a listener: the one table-level test of every fewer-steps path
+        (Python's and the compiled core's), which tell no one."""
+        return self._core.observed  # type: ignore[no-any-return]
 
     @property
     def info(self) -> int:
@@ -102,7 +106,7 @@ class TableState:
     @info.setter
     def info(self, bits: int) -> None:
         self._info = int(bits)
-        self.observed = bool(self._info) or self._traced
+        self._core.observed = bool(self._info) or self._traced
 
     @property
     def traced(self) -> bool:
@@ -113,7 +117,7 @@ class TableState:
     @traced.setter
     def traced(self, yes: bool) -> None:
         self._traced = bool(yes)
-        self.observed = bool(self._info) or self._traced
+        self._core.observed = bool(self._info) or self._traced
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:
@@ -140,39 +144,12 @@ class TableState:
                   f"HoldRefCount={count_text(e.hold)}{how if hold else ''}"
                   + (f", Name={name or 'unknown'}" if named else ""))
 
-    def _find(self, p: int, n: int) -> tuple[HostDataToTarget | None, bool]:
-        """(entry overlapping [p, p+n) or containing p, whether it contains the range).
-        A zero-length range follows LLVM's lookupMapping: it is also held by the entry
-        before it whose base lies past it, or by the next entry whose base it reaches
-        (a pointer to a section's base is translated)."""
-        e = self._by_start.get(p)
-        if e is not None:
-            return e, p + n <= e.hst_end
-        starts = self._starts
-        i = bisect.bisect_right(starts, p) - 1
-        if n == 0:
-            if i >= 0:
-                e = self._entries[i]
-                if p < e.hst_end or p < e.hst_base:
-                    return e, True
-            if i + 1 < len(starts) and p >= self._entries[i + 1].hst_base:
-                return self._entries[i + 1], True
-            return None, False
-        if i >= 0:
-            e = self._entries[i]
-            if p < e.hst_end:
-                return e, p + n <= e.hst_end
-        j = i + 1
-        if j < len(starts) and starts[j] < p + n:
-            return self._entries[j], False
-        return None, False
-
     def lookup(self, p: int, n: int = 1) -> HostDataToTarget | None:
         """The entry containing [p, p+n), or None (one another thread is still making:
         once made)."""
         while True:
             with self._lock:
-                e, inside = self._find(p, n)
+                e, inside = self._core.find(p, n)
             if e is None or not inside:
                 return None
             if self._made([e]):
@@ -182,36 +159,23 @@ class TableState:
         """The first entry sharing a byte with [p, p+n) (once made, as `lookup`)."""
         while True:
             with self._lock:
-                e = self._find(p, max(n, 1))[0]
+                e = self._core.find(p, max(n, 1))[0]
             if e is None or self._made([e]):
                 return e
 
-    def _insert(self, e: HostDataToTarget) -> None:
-        i = bisect.bisect_left(self._starts, e.hst_begin)
-        self._starts.insert(i, e.hst_begin)
-        self._entries.insert(i, e)
-        self._by_start[e.hst_begin] = e
-
-    def _remove(self, e: HostDataToTarget) -> None:
-        i = bisect.bisect_left(self._starts, e.hst_begin)
-        if i < len(self._entries) and self._entries[i] is e:
-            del self._starts[i]
-            del self._entries[i]
-            del self._by_start[e.hst_begin]
-
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._core)
 
     def entries(self) -> list[HostDataToTarget]:
         with self._lock:
-            return list(self._entries)
+            return self._core.entries()  # type: ignore[no-any-return]
 
     def holds_device_range(self, addr: int, size: int) -> bool:
         """Whether device bytes [addr, addr+size) lie in one mapping's device copy
         (associated memory and declare target globals included)."""
         with self._lock:
             return any(e.tgt_begin <= addr and addr + size <= e.tgt_begin + e.size
-                       for e in self._entries if e.tgt_begin)
+                       for e in self._core.entries() if e.tgt_begin)
 
     def dump(self, where: str | None = None) -> str:
         """The table as LLVM's dumpTargetPointerMappings prints it."""
@@ -240,7 +204,7 @@ class TableState:
         `release_busy`), or None."""
         while True:
             with self._lock:
-                e, inside = self._find(p, n)
+                e, inside = self._core.find(p, n)
                 if e is None or not inside:
                     return None
                 pending = _pending(e)
@@ -275,7 +239,7 @@ class TableState:
             with self._lock:
                 pending = None
                 for p, n in ranges:
-                    e = self._find(p, max(n, 1))[0]
+                    e = self._core.find(p, max(n, 1))[0]
                     if e is not None:
                         pending = _pending(e)
                         if pending is not None:
@@ -297,9 +261,9 @@ class TableState:
         out: list[HostDataToTarget] = []
         with self._lock:
             for p, n in ranges:
-                e = self._by_start.get(p)
+                e = self._core.get(p)
                 if e is None:
-                    e = self._find(p, max(n, 1))[0]
+                    e = self._core.find(p, max(n, 1))[0]
                 if e is None or _pending(e) is not None:    # the general path decides
                     return None
                 out.append(e)
@@ -310,42 +274,43 @@ class TableState:
     def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
         """Wait until no operation in flight uses the entries overlapping [p, p+n)."""
         with self._lock:
-            self._wait_idle(lambda: all(e.busy == 0 for e in self._entries
+            self._wait_idle(lambda: all(e.busy == 0 for e in self._core.entries()
                                         if e.hst_begin < p + max(n, 1) and p < e.hst_end),
                             timeout)
 
     def _wait_idle(self, done: Any, timeout: float | None = None) -> None:
         """Wait (the table lock held) until `done()`, woken by `release_busy`."""
-        self._waiting += 1
+        core = self._core
+        core.waiting += 1
         try:
             self._idle.wait_for(done, timeout)
         finally:
-            self._waiting -= 1
+            core.waiting -= 1
 
     def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
         with self._lock:
             for e in entries:
                 e.busy -= 1
-            if self._waiting:
+            if self._core.waiting:
                 self._idle.notify_all()
 
     # ---- omp_target_associate_ptr -------------------------------------------
     def associate(self, p: int, tgt: int, n: int, name: str = "associated") -> None:
         with self._lock:
-            e, inside = self._find(p, n)
+            e, inside = self._core.find(p, n)
             if e is not None:
                 if e.hst_begin == p and e.hst_end == p + n and e.tgt_begin == tgt:
                     return                      # the same association again: a no-op
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    f"Not allowed to re-associate pointer 0x{p:x} ({n} bytes): "
                                    f"it is mapped to 0x{e.tgt_begin + p - e.hst_begin:x}")
-            e = HostDataToTarget(p, n, tgt, name, None, owned=False)
+            e = self._entry(p, n, tgt, name, None, owned=False)
             e.dyn = INF
-            self._insert(e)
+            self._core.insert(e)
 
     def disassociate(self, p: int) -> None:
         with self._lock:
-            e = self._by_start.get(p)
+            e = self._core.get(p)
             if e is None:
                 raise OffloadError(ErrorCode.NOT_FOUND, "Association not found")
             if e.hold:
@@ -356,13 +321,11 @@ class TableState:
                 raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                                    "Trying to disassociate a pointer which was not mapped via "
                                    "omp_target_associate_ptr")
-            self._remove(e)
+            self._core.remove(e)
 
     def clear(self) -> None:
-        with self._lock:                  # in place: the accelerator holds these objects
-            self._starts.clear()
-            self._entries.clear()
-            self._by_start.clear()
+        with self._lock:
+            self._core.clear()
             self._leavers.clear()
             self._holders.clear()
             self._excused.clear()

@@ -90,7 +90,7 @@ class Begin(Motion):
             return
         with self._lock:
             for it in present:
-                e, inside = self._find(it.host, it.size)
+                e, inside = self._core.find(it.host, it.size)
                 if e is not None and inside:
                     continue
                 sentences = []
@@ -111,11 +111,11 @@ class Begin(Motion):
         p, n, t = it.host, it.size, int(it.type)
         while True:
             with self._lock:
-                e = self._by_start.get(p)
+                e = self._core.get(p)
                 if e is not None:
                     inside = p + n <= e.hst_end
                 else:
-                    e, inside = self._find(p, n)
+                    e, inside = self._core.find(p, n)
                 pending = None if e is None else _pending(e)
                 if pending is not None:
                     pass                          # being made or unmade: wait, look again
@@ -136,7 +136,7 @@ class Begin(Motion):
                 elif n == 0:
                     return 0, None
                 else:
-                    e = HostDataToTarget(p, n, 0, it.name, it.owner)
+                    e = self._entry(p, n, 0, it.name, it.owner)
                     e.hst_base = it.base
                     if t & _HOLD:
                         e.hold = 1
@@ -144,7 +144,7 @@ class Begin(Motion):
                         e.dyn = 1
                     e.ready = _held_lock()
                     _mine().add(id(e))
-                    self._insert(e)
+                    self._core.insert(e)
                     new = True
                     if t & _MEMBER:               # no struct mapping: it counts as its own
                         it.type = MapType(t & ~_MEMBER)
@@ -213,7 +213,7 @@ class Begin(Motion):
     def _abandon(self, e: HostDataToTarget) -> None:
         """Take out a new entry whose making failed; those waiting for it see `failed`."""
         with self._lock:
-            self._remove(e)
+            self._core.remove(e)
             e.failed = True
         try:
             self._release(e)

@@ -96,7 +96,7 @@ class End(Motion):
                 excused[id(e)] = excused.get(id(e), 0) + own.count(e) + 1
             try:
                 if wait and any(e.busy > excused[id(e)] for e in dying):
-                    if self._waiting:
+                    if self._core.waiting:
                         self._idle.notify_all()        # another unmapper's wait may be over
                     self._wait_idle(lambda: all(e.busy <= excused[id(e)] for e in dying))
             finally:
@@ -137,7 +137,7 @@ class End(Motion):
                 self._leavers[id(e)] = n
             gone = n == 0 and e.total() == 0
             if gone:
-                self._remove(e)
+                self._core.remove(e)
                 e.failed = True               # gone: whoever waited finds it no more
         try:
             if gone and self.info & _I_CHANGED:
@@ -166,11 +166,11 @@ class End(Motion):
                         break
                 released_before = e is not None
                 if e is None:
-                    e = self._by_start.get(p)
+                    e = self._core.get(p)
                     if e is not None:
                         inside = p + n <= e.hst_end
                     else:
-                        e, inside = self._find(p, n)
+                        e, inside = self._core.find(p, n)
                     if e is not None:
                         made = _pending(e)
                     if made is not None:

@@ -80,7 +80,7 @@ class Motion(TableState):
         and `host_value` on the host. False when no mapping holds the pointer; the
         pointer is written only when new or changed, as LLVM does."""
         with self._lock:
-            e, inside = self._find(ptr, 8)
+            e, inside = self._core.find(ptr, 8)
             if e is None or not inside:
                 return False
             shadows = e.shadows if e.shadows is not None else {}
@@ -115,7 +115,7 @@ class Motion(TableState):
                 e.dyn -= 1
             gone = e.total() == 0 and id(e) not in self._leavers   # else they take it out
             if gone:
-                self._remove(e)
+                self._core.remove(e)
         if gone:
             self._release(e)
 

@@ -185,12 +185,16 @@ def test_a_compiled_core_with_another_entry_layout_is_refused(runtime, monkeypat
     fails loudly when a table starts, instead of every C-made entry silently lacking it."""
     if _accel.load() is None:
         pytest.skip("the accelerator does not build here (no compiler or Python headers)")
-    from offload import entries, mapping
+    from offload import entries
 
     class Wider(entries.HostDataToTarget):
         __slots__ = ("extra",)
     Wider.__slots__ = entries.HostDataToTarget.__slots__ + ("extra",)
-    monkeypatch.setattr(mapping, "HostDataToTarget", Wider)
+    monkeypatch.setattr(entries, "HostDataToTarget", Wider)
     runtime(OFFLOAD_ACCEL=1)
     with pytest.raises(TypeError, match="disagree on the entry layout"):
         offload.target_enter_data(offload.to(np.zeros(4)))
+    runtime(OFFLOAD_ACCEL=0)                      # the twin has no other layout to agree with
+    a = np.zeros(4)
+    offload.target_enter_data(offload.to(a))
+    offload.target_exit_data(offload.release(a))

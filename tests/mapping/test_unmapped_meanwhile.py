@@ -29,7 +29,7 @@ def _deleting_between(monkeypatch, table, obj, step, arr):
             t = threading.Thread(target=delete)
             state["thread"] = t
             t.start()
-            while t.is_alive() and not table._waiting:
+            while t.is_alive() and not table._core.waiting:
                 t.join(0.001)
         return real(*args, **kw)
     monkeypatch.setattr(obj, step, hooked)

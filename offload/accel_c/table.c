@@ -1,0 +1,447 @@
+/* Part of the compiled mapping core (accel.c includes it): the one owner of a table's
+ * state, TableCore, and its entries, HostDataToTarget. Their pure-Python twins are
+ * offload/mapping/core.py and offload/entries.py; both have the same methods and fields,
+ * and _accel.table_core refuses this core when the entry fields differ from the twin's.
+ * The C paths of the core read these structs directly: no attribute by name. */
+
+/* The fields of HostDataToTarget, in the twin's __slots__ order. */
+enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
+       FAILED, WHERE_, BUSY, VIEWS, SHADOWS, NSLOTS };
+static const char *slot_names[NSLOTS] = {
+    "hst_begin", "hst_end", "hst_base", "tgt_begin", "dyn", "hold", "owner", "name", "pinned",
+    "owned", "ready", "failed", "where", "busy", "views", "shadows"};
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *f[NSLOTS];
+} Entry;
+
+#define F(e, i) (((Entry *)(e))->f[i])
+static PyTypeObject EntryType;
+#define IS_ENTRY(o) Py_IS_TYPE(o, &EntryType)
+
+/* Store v (a new reference, stolen) in field i of o; the old value goes to *old, else is
+ * dropped. */
+static void put(PyObject *o, int i, PyObject *v, PyObject **old) {
+  PyObject *was = F(o, i);
+  F(o, i) = v;
+  if (old)
+    *old = was;
+  else
+    Py_XDECREF(was);
+}
+
+/* HostDataToTarget(hst, size, tgt, name, owner, owned=True), as the twin's __init__. */
+static int Entry_init(Entry *e, PyObject *args, PyObject *kw) {
+  static char *names[] = {"hst", "size", "tgt", "name", "owner", "owned", NULL};
+  PyObject *hst, *size, *tgt, *name, *owner, *owned = Py_True;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O:HostDataToTarget", names, &hst, &size,
+                                   &tgt, &name, &owner, &owned))
+    return -1;
+  PyObject *end = PyNumber_Add(hst, size);
+  PyObject *zero = PyLong_FromLong(0);
+  if (!end || !zero) {
+    Py_XDECREF(end);
+    Py_XDECREF(zero);
+    return -1;
+  }
+  PyObject *v[NSLOTS] = {hst, end, hst, tgt, zero, zero, owner, name, Py_False, owned, Py_None,
+                         Py_False, s_unknown_where, zero, Py_None, Py_None};
+  for (int i = 0; i < NSLOTS; i++)
+    put((PyObject *)e, i, Py_NewRef(v[i]), NULL);
+  Py_DECREF(end);
+  Py_DECREF(zero);
+  return 0;
+}
+
+static int Entry_traverse(Entry *e, visitproc visit, void *arg) {
+  for (int i = 0; i < NSLOTS; i++)
+    Py_VISIT(e->f[i]);
+  return 0;
+}
+
+static int Entry_clear(Entry *e) {
+  for (int i = 0; i < NSLOTS; i++)
+    Py_CLEAR(e->f[i]);
+  return 0;
+}
+
+static void Entry_dealloc(Entry *e) {
+  PyObject_GC_UnTrack(e);
+  Entry_clear(e);
+  Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyObject *Entry_size(Entry *e, void *unused) {
+  (void)unused;
+  if (!e->f[HST_END] || !e->f[HST_BEGIN]) {
+    PyErr_SetString(PyExc_AttributeError, "size: the entry is not initialised");
+    return NULL;
+  }
+  return PyNumber_Subtract(e->f[HST_END], e->f[HST_BEGIN]);
+}
+
+static PyObject *Entry_total(Entry *e, PyObject *unused) {
+  (void)unused;
+  if (!e->f[DYN] || !e->f[HOLD]) {
+    PyErr_SetString(PyExc_AttributeError, "total: the entry is not initialised");
+    return NULL;
+  }
+  return PyNumber_Add(e->f[DYN], e->f[HOLD]);
+}
+
+static PyObject *Entry_repr(Entry *e) {
+  PyObject *size = Entry_size(e, NULL);
+  PyObject *begin = size ? PyNumber_ToBase(e->f[HST_BEGIN], 16) : NULL;
+  PyObject *tgt = begin && e->f[TGT_BEGIN] ? PyNumber_ToBase(e->f[TGT_BEGIN], 16) : NULL;
+  PyObject *r = tgt && e->f[DYN] && e->f[HOLD]
+      ? PyUnicode_FromFormat("HostDataToTarget(%U+%S -> %U, dyn=%S, hold=%S)", begin, size, tgt,
+                             e->f[DYN], e->f[HOLD])
+      : NULL;
+  Py_XDECREF(size);
+  Py_XDECREF(begin);
+  Py_XDECREF(tgt);
+  return r;
+}
+
+static PyMemberDef Entry_members[NSLOTS + 1];      /* filled from slot_names at start */
+
+static PyGetSetDef Entry_getset[] = {
+    {"size", (getter)Entry_size, NULL, "hst_end - hst_begin", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef Entry_methods[] = {
+    {"total", (PyCFunction)Entry_total, METH_NOARGS, "dyn + hold"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload._accel_c.HostDataToTarget",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Entry_init,
+    .tp_dealloc = (destructor)Entry_dealloc,
+    .tp_traverse = (traverseproc)Entry_traverse,
+    .tp_clear = (inquiry)Entry_clear,
+    .tp_repr = (reprfunc)Entry_repr,
+    .tp_members = Entry_members,
+    .tp_getset = Entry_getset,
+    .tp_methods = Entry_methods,
+    .tp_doc = "One mapping: host range -> device range, with dynamic and hold counts "
+              "(the compiled twin of offload.entries.HostDataToTarget).",
+};
+
+/* The entry type's fields as members, in slot order; the tuple of their names. */
+static PyObject *entry_fields(void) {
+  PyObject *names = PyTuple_New(NSLOTS);
+  if (!names)
+    return NULL;
+  for (int i = 0; i < NSLOTS; i++) {
+    Entry_members[i] = (PyMemberDef){(char *)slot_names[i], T_OBJECT_EX,
+                                     offsetof(Entry, f) + i * sizeof(PyObject *), 0, NULL};
+    PyObject *s = PyUnicode_FromString(slot_names[i]);
+    if (!s) {
+      Py_DECREF(names);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(names, i, s);
+  }
+  Entry_members[NSLOTS] = (PyMemberDef){NULL, 0, 0, 0, NULL};
+  return names;
+}
+
+/* ---- TableCore ---------------------------------------------------------------------- */
+
+/* Sorted, non-overlapping entries of one table, with their host ranges kept beside them
+ * as numbers (hst_begin, hst_end and hst_base never change once an entry is in a table),
+ * the table's lock, the condition busy marks wait on, how many threads wait on it, and
+ * whether anyone observes the table (INFO bits or a listener). */
+typedef struct {
+  PyObject_HEAD
+  Lock *lock;
+  PyObject *idle;
+  Py_ssize_t waiting;
+  char observed;
+  Py_ssize_t count, cap;
+  uintptr_t *starts, *ends, *bases;
+  PyObject **entries;
+} TableCore;
+
+static PyTypeObject TableCoreType;
+
+/* An int as an address: 1, else 0 (error cleared). */
+static int addr_of(PyObject *o, uintptr_t *out) {
+  if (o == NULL || !PyLong_Check(o))
+    return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(o);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = (uintptr_t)v;
+  return 1;
+}
+
+static uintptr_t end_of(uintptr_t p, uintptr_t n) {       /* p + n, saturated */
+  return p + n < p ? UINTPTR_MAX : p + n;
+}
+
+/* Index of the first start > p (bisect_right). */
+static Py_ssize_t core_after(TableCore *c, uintptr_t p) {
+  Py_ssize_t lo = 0, hi = c->count;
+  while (lo < hi) {
+    Py_ssize_t mid = (lo + hi) / 2;
+    if (p < c->starts[mid])
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+/* The entry starting at p (borrowed), or NULL; *at its index. */
+static PyObject *core_get(TableCore *c, uintptr_t p, Py_ssize_t *at) {
+  Py_ssize_t i = core_after(c, p) - 1;
+  if (at)
+    *at = i;
+  return i >= 0 && c->starts[i] == p ? c->entries[i] : NULL;
+}
+
+/* The entry overlapping [p, p+n) or containing p (borrowed), or NULL; *inside: whether it
+ * holds the range. A zero-length range is also held by the entry before it whose base lies
+ * past it, or by the next entry whose base it reaches (LLVM's lookupMapping). */
+static PyObject *core_find(TableCore *c, uintptr_t p, uintptr_t n, int *inside) {
+  Py_ssize_t i = core_after(c, p) - 1;
+  uintptr_t end = end_of(p, n);
+  *inside = 0;
+  if (i >= 0 && c->starts[i] == p) {
+    *inside = end <= c->ends[i];
+    return c->entries[i];
+  }
+  if (n == 0) {
+    if (i >= 0 && (p < c->ends[i] || p < c->bases[i])) {
+      *inside = 1;
+      return c->entries[i];
+    }
+    if (i + 1 < c->count && p >= c->bases[i + 1]) {
+      *inside = 1;
+      return c->entries[i + 1];
+    }
+    return NULL;
+  }
+  if (i >= 0 && p < c->ends[i]) {
+    *inside = end <= c->ends[i];
+    return c->entries[i];
+  }
+  if (i + 1 < c->count && c->starts[i + 1] < end)
+    return c->entries[i + 1];
+  return NULL;
+}
+
+/* Entry e (its ranges read now) put in at its place: 0, or -1 with an exception. */
+static int core_insert(TableCore *c, PyObject *e) {
+  uintptr_t p, end, base;
+  if (!IS_ENTRY(e) || !addr_of(F(e, HST_BEGIN), &p) || !addr_of(F(e, HST_END), &end) ||
+      !addr_of(F(e, HST_BASE), &base)) {
+    PyErr_Format(PyExc_TypeError, "TableCore.insert: %R is not an entry of this core with "
+                 "integer host addresses", e);
+    return -1;
+  }
+  Py_ssize_t i = core_after(c, p);
+  if (i > 0 && c->starts[i - 1] == p) {
+    PyErr_Format(PyExc_ValueError, "TableCore.insert: an entry already starts at %p",
+                 (void *)p);
+    return -1;
+  }
+  if (c->count == c->cap) {
+    Py_ssize_t cap = c->cap ? 2 * c->cap : 16;
+    uintptr_t *s = PyMem_Realloc(c->starts, cap * sizeof *s);
+    if (s) c->starts = s;
+    uintptr_t *en = s ? PyMem_Realloc(c->ends, cap * sizeof *en) : NULL;
+    if (en) c->ends = en;
+    uintptr_t *b = en ? PyMem_Realloc(c->bases, cap * sizeof *b) : NULL;
+    if (b) c->bases = b;
+    PyObject **o = b ? PyMem_Realloc(c->entries, cap * sizeof *o) : NULL;
+    if (!o) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    c->entries = o;
+    c->cap = cap;
+  }
+  Py_ssize_t move = c->count - i;
+  memmove(c->starts + i + 1, c->starts + i, move * sizeof *c->starts);
+  memmove(c->ends + i + 1, c->ends + i, move * sizeof *c->ends);
+  memmove(c->bases + i + 1, c->bases + i, move * sizeof *c->bases);
+  memmove(c->entries + i + 1, c->entries + i, move * sizeof *c->entries);
+  c->starts[i] = p;
+  c->ends[i] = end;
+  c->bases[i] = base;
+  c->entries[i] = Py_NewRef(e);
+  c->count++;
+  return 0;
+}
+
+/* The entry at index i taken out; its reference goes to the caller. */
+static PyObject *core_take(TableCore *c, Py_ssize_t i) {
+  PyObject *e = c->entries[i];
+  Py_ssize_t move = c->count - i - 1;
+  memmove(c->starts + i, c->starts + i + 1, move * sizeof *c->starts);
+  memmove(c->ends + i, c->ends + i + 1, move * sizeof *c->ends);
+  memmove(c->bases + i, c->bases + i + 1, move * sizeof *c->bases);
+  memmove(c->entries + i, c->entries + i + 1, move * sizeof *c->entries);
+  c->count--;
+  return e;
+}
+
+/* Entry e taken out when it is in the table (its reference dropped). */
+static void core_remove(TableCore *c, PyObject *e) {
+  uintptr_t p;
+  Py_ssize_t i;
+  if (IS_ENTRY(e) && addr_of(F(e, HST_BEGIN), &p) && core_get(c, p, &i) == e)
+    Py_DECREF(core_take(c, i));
+}
+
+static PyObject *TableCore_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  static char *names[] = {"lock", "idle", NULL};
+  PyObject *lock, *idle;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O:TableCore", names, &LockType, &lock, &idle))
+    return NULL;
+  TableCore *c = (TableCore *)type->tp_alloc(type, 0);
+  if (!c)
+    return NULL;
+  c->lock = (Lock *)Py_NewRef(lock);
+  c->idle = Py_NewRef(idle);
+  return (PyObject *)c;
+}
+
+static void core_drop_all(TableCore *c) {
+  Py_ssize_t n = c->count;
+  PyObject **old = c->entries;
+  c->count = 0;
+  for (Py_ssize_t i = 0; i < n; i++)
+    Py_DECREF(old[i]);
+}
+
+static int TableCore_traverse(TableCore *c, visitproc visit, void *arg) {
+  Py_VISIT(c->lock);
+  Py_VISIT(c->idle);
+  for (Py_ssize_t i = 0; i < c->count; i++)
+    Py_VISIT(c->entries[i]);
+  return 0;
+}
+
+static int TableCore_clear_refs(TableCore *c) {
+  core_drop_all(c);
+  Py_CLEAR(c->idle);
+  Py_CLEAR(c->lock);
+  return 0;
+}
+
+static void TableCore_dealloc(TableCore *c) {
+  PyObject_GC_UnTrack(c);
+  TableCore_clear_refs(c);
+  PyMem_Free(c->starts);
+  PyMem_Free(c->ends);
+  PyMem_Free(c->bases);
+  PyMem_Free(c->entries);
+  Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *TableCore_get(TableCore *c, PyObject *po) {
+  uintptr_t p;
+  PyObject *e = addr_of(po, &p) ? core_get(c, p, NULL) : NULL;
+  return Py_NewRef(e ? e : Py_None);
+}
+
+static PyObject *TableCore_find(TableCore *c, PyObject *const *args, Py_ssize_t nargs) {
+  uintptr_t p, n;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "find(p, n)");
+    return NULL;
+  }
+  if (!addr_of(args[0], &p) || !addr_of(args[1], &n)) {
+    PyErr_Format(PyExc_ValueError, "find(p, n): %R and %R are not an address and a size",
+                 args[0], args[1]);
+    return NULL;
+  }
+  int inside;
+  PyObject *e = core_find(c, p, n, &inside);
+  return Py_BuildValue("(OO)", e ? e : Py_None, inside ? Py_True : Py_False);
+}
+
+static PyObject *TableCore_insert(TableCore *c, PyObject *e) {
+  if (core_insert(c, e) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *TableCore_remove(TableCore *c, PyObject *e) {
+  core_remove(c, e);
+  Py_RETURN_NONE;
+}
+
+static PyObject *TableCore_entries(TableCore *c, PyObject *unused) {
+  (void)unused;
+  PyObject *out = PyList_New(c->count);
+  for (Py_ssize_t i = 0; out && i < c->count; i++)
+    PyList_SET_ITEM(out, i, Py_NewRef(c->entries[i]));
+  return out;
+}
+
+static PyObject *TableCore_clear(TableCore *c, PyObject *unused) {
+  (void)unused;
+  core_drop_all(c);
+  Py_RETURN_NONE;
+}
+
+static Py_ssize_t TableCore_len(TableCore *c) { return c->count; }
+
+static PyObject *TableCore_entry_type(TableCore *c, void *unused) {
+  (void)c; (void)unused;
+  return Py_NewRef((PyObject *)&EntryType);
+}
+
+static PyMethodDef TableCore_methods[] = {
+    {"get", (PyCFunction)TableCore_get, METH_O, "get(p) -> the entry starting at p, or None"},
+    {"find", (PyCFunction)(void (*)(void))TableCore_find, METH_FASTCALL,
+     "find(p, n) -> (entry overlapping [p, p+n) or containing p, or None; whether it holds "
+     "the range)"},
+    {"insert", (PyCFunction)TableCore_insert, METH_O, "insert(entry): put in at its place"},
+    {"remove", (PyCFunction)TableCore_remove, METH_O, "remove(entry): taken out, if in"},
+    {"entries", (PyCFunction)TableCore_entries, METH_NOARGS, "entries() -> a list, sorted"},
+    {"clear", (PyCFunction)TableCore_clear, METH_NOARGS, "clear(): every entry out"},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef TableCore_members[] = {
+    {"lock", T_OBJECT_EX, offsetof(TableCore, lock), READONLY, "the table's lock"},
+    {"idle", T_OBJECT_EX, offsetof(TableCore, idle), READONLY,
+     "the condition (over lock) an entry's busy count falling to 0 is told on"},
+    {"waiting", T_PYSSIZET, offsetof(TableCore, waiting), 0, "threads waiting on idle"},
+    {"observed", T_BOOL, offsetof(TableCore, observed), 0,
+     "INFO bits or a listener: the fewer-steps paths stand aside"},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyGetSetDef TableCore_getset[] = {
+    {"entry_type", (getter)TableCore_entry_type, NULL, "the type of this core's entries", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods TableCore_seq = {.sq_length = (lenfunc)TableCore_len};
+
+static PyTypeObject TableCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "offload._accel_c.TableCore",
+    .tp_basicsize = sizeof(TableCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = TableCore_new,
+    .tp_dealloc = (destructor)TableCore_dealloc,
+    .tp_traverse = (traverseproc)TableCore_traverse,
+    .tp_clear = (inquiry)TableCore_clear_refs,
+    .tp_as_sequence = &TableCore_seq,
+    .tp_methods = TableCore_methods,
+    .tp_members = TableCore_members,
+    .tp_getset = TableCore_getset,
+    .tp_doc = "TableCore(lock, idle): one table's entries, lock and waiters (the compiled twin "
+              "of offload.mapping.core.TableCore).",
+};
