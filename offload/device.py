@@ -42,25 +42,19 @@ class Device:
     def unlock(self, host: int) -> None:
         self.plugin.data_unlock(self.local_id, host)
 
-    # ---- memory -----------------------------------------------------------
-    # (each told to the tool, when there is one: offload.tracing, LLVM's DeviceTy hooks)
+    # ---- memory: the table's one interface to it (mapping/memory.py tells the tool) ----
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> int:
-        with tracing.alloc(self.number, 0, size) as op:
-            op.dst = addr = self.plugin.data_alloc(self.local_id, size, kind)
-        return addr
+        return self.table.memory.alloc(size, kind)
 
     def free(self, addr: int, kind: AllocKind = AllocKind.DEVICE, idle: bool = False) -> None:
         """Free device memory; `idle`: no queued work uses it any more (no wait)."""
-        with tracing.delete(self.number, addr):
-            self.plugin.data_delete(self.local_id, addr, kind, idle)
+        self.table.memory.free(addr, kind, idle)
 
     def submit(self, tgt: int, host: int, size: int, queue: Any = None) -> None:
-        with tracing.submit(self.number, tgt, host, size):
-            self.plugin.data_submit(self.local_id, tgt, host, size, queue)
+        self.table.memory.submit(tgt, host, size, queue)
 
     def retrieve(self, host: int, tgt: int, size: int, queue: Any = None) -> None:
-        with tracing.retrieve(self.number, host, tgt, size):
-            self.plugin.data_retrieve(self.local_id, host, tgt, size, queue)
+        self.table.memory.retrieve(host, tgt, size, queue)
 
     def fill(self, tgt: int, value: int, size: int) -> None:
         self.plugin.data_fill(self.local_id, tgt, value, size)

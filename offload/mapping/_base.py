@@ -18,8 +18,9 @@ from ..diagnostics import (
 )
 from ..entries import INF, HostDataToTarget, count_text
 from ..errors import ErrorCode, OffloadError
-from ..plugins.common import AllocKind, GenericPlugin
+from ..plugins.common import GenericPlugin
 from .core import TableCore
+from .memory import DeviceMemory
 
 # plain-int copies of the bits, for the hot path (IntFlag arithmetic is slow)
 _TO, _FROM, _ALWAYS, _DELETE = 0x1, 0x2, 0x4, 0x8
@@ -78,6 +79,8 @@ class TableState:
         self._info = int(info)
         self._traced = tracing.tool is not None or profile.active is not None
         self._dev = plugin.device(device)     # its memory, without the plugin's dispatch
+        #: its memory as the general rules reach it, each step told to a tool
+        self.memory = DeviceMemory(plugin, device, number)
         self._lock = _accel.new_lock(plugin.config)
         core_type = _accel.table_core_type(plugin.config, TableCore, entries.HostDataToTarget)
         #: the one owner of the entries, the lock, the idle condition and `observed`
@@ -190,8 +193,7 @@ class TableState:
         """Free a removed entry's device memory and pin reference."""
         try:
             if e.owned and e.tgt_begin:
-                with tracing.delete(self.number, e.tgt_begin):
-                    self._dev.free(e.tgt_begin, AllocKind.DEVICE)
+                self.memory.free(e.tgt_begin)
         finally:
             if e.pinned:
                 e.pinned = False

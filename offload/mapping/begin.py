@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import tracing
 from ..clauses import MapItem, MapType
 from ..diagnostics import (
     NULL_ILLEGAL,
@@ -206,9 +205,7 @@ class Begin(Motion):
 
     def _alloc(self, p: int, n: int) -> int:
         """Device memory for n bytes mapping host memory at p."""
-        with tracing.alloc(self.number, p, n) as op:
-            op.dst = tgt = self._dev.alloc(n, AllocKind.DEVICE)
-        return tgt
+        return self.memory.alloc(n, AllocKind.DEVICE, p)
 
     def _abandon(self, e: HostDataToTarget) -> None:
         """Take out a new entry whose making failed; those waiting for it see `failed`."""

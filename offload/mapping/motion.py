@@ -6,7 +6,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
-from .. import profile, tracing
+from .. import profile
 from ..clauses import MapItem, clause_text
 from ..diagnostics import (
     error,
@@ -28,11 +28,9 @@ class Motion(TableState):
             prof.clause(clause_text(*clause))
         try:
             if to_device:
-                with tracing.submit(self.number, tgt, p, n):
-                    self.plugin.data_submit(self.device, tgt, p, n, queue)
+                self.memory.submit(tgt, p, n, queue)
             else:
-                with tracing.retrieve(self.number, p, tgt, n):
-                    self.plugin.data_retrieve(self.device, p, tgt, n, queue)
+                self.memory.retrieve(p, tgt, n, queue)
         finally:
             if prof is not None:
                 prof.clause(None)
@@ -100,8 +98,7 @@ class Motion(TableState):
         if self.info & _I_TRANSFER:
             self._say(f"Copying data from host to device, HstPtr=0x{src:016x}, "
                       f"TgtPtr=0x{tgt:016x}, Size=8, Name={e.name or 'unknown'}")
-        with tracing.submit(self.number, tgt, src, 8):
-            self.plugin.data_submit(self.device, tgt, src, 8)
+        self.memory.submit(tgt, src, 8)
 
     def _undo(self, it: MapItem, e: HostDataToTarget) -> None:
         """Take back the reference `it` took on `e` (no copies)."""

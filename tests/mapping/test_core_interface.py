@@ -4,6 +4,7 @@ declared interface (offload/accel_c/interface.c), never a mapping class by name.
 import collections
 import inspect
 import os
+import pathlib
 import re
 import shutil
 import sys
@@ -222,3 +223,14 @@ def test_no_core_source_reads_an_entry_or_the_table_by_name():
     owners = {name: owner for _, owner, name in check.interface()}
     for name in (mapping_names | table_attrs) & declared:
         assert not owners[name].startswith(("offload.mapping", "offload.entries")), name
+
+
+def test_the_data_operation_hooks_are_written_once():
+    """A table and a Device reach device memory through one interface (mapping/memory.py),
+    the one place an allocation, a free or a copy is told to a tool."""
+    found = []
+    for path in sorted(pathlib.Path(ROOT, "offload").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\btracing\.(alloc|delete|submit|retrieve)\(", line):
+                found.append(f"{path.relative_to(ROOT)}:{n}")
+    assert found and all(f.startswith("offload/mapping/memory.py:") for f in found), found
