@@ -17,6 +17,7 @@ from .dlpack import foreign_pointer, is_foreign
 from .errors import ErrorCode, OffloadError, OffloadWarning
 from .image import Binary, Kernel
 from .mapping import MappingTable
+from .mapping.region import Region
 from .nowait import Handle, check_depend, queue_after, stream_queue, wait_depend
 from .plugins.args import check_kernel_call
 from .plugins.common import GenericKernel, GenericPlugin
@@ -182,7 +183,7 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
     """The two common regions without a caller's queue, in fewer steps: every array
     argument mapped already, or one single-range clause on a synchronous device. False, with
     nothing done, for any other region."""
-    if dev.table.observed:
+    if not Region.fewer_steps(dev.table):
         return False
     if not maps:
         return _target_on_present(k, args, dev, teams, threads, shared_mem)
@@ -253,16 +254,15 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
             if not any(overlaps(p, n, i.host, i.size) for i in items):
                 loose.append((len(where), p, n))
             where.append((-1, p, n))
-    busy: list = []
     kept: list = []
-    marked: list = []
+    region = Region(table)
     try:
         # found and marked in use in one step: another thread's delete waits for the region
         found = table.mark_busy_found([(p, n) for _, p, n in loose]) if loose else []
+        region.hold(found)
         held: dict[int, Any] = {}
         for (i, p, n), e in zip(loose, found, strict=True):
             if e is not None:
-                marked.append(e)
                 held[i] = e
                 continue
             a = args[i]
@@ -273,9 +273,8 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
         with dev.queue(stream_queue) as queue:
             # the region's entries stay while its kernel runs, even if another thread
             # deletes them (map(delete) drops our reference too)
-            tgts = table.target_data_begin(items, queue, busy)
-            busy += marked
-            marked = []
+            region.queue = queue
+            tgts = region.map(items)
             try:
                 kargs = []
                 for i, (a, w) in enumerate(zip(args, where, strict=True)):
@@ -301,15 +300,15 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
                 if stream_queue is not None and isinstance(exc, Exception):
                     with contextlib.suppress(Exception):   # as a queue of ours would
                         dev.synchronize(stream_queue)
-                table.target_data_end(items, queue, copy_back=False, own=busy)
+                region.unmap(copy_back=False)
                 raise
-            table.target_data_end(items, queue, own=busy)
+            region.unmap()
             if stream_queue is not None and not on_stream:
                 dev.synchronize(stream_queue)      # a queue of ours would sync on exit
-            kept, busy = (busy, []) if on_stream else ([], busy)
+            if on_stream:
+                kept = region.keep()               # released once the stream ran
     finally:
-        if busy or marked:
-            table.release_busy(busy + marked)      # the queue has drained
+        region.release()                           # the queue has drained
     if table.info:
         table.dump_if_asked()
     return kept if on_stream else None
@@ -328,15 +327,10 @@ def _target_single_range(k: GenericKernel, args: Sequence[Any], m: MapClause, de
     for a in args:
         if type(a) is np.ndarray and a is not arr:
             return False
-    busy: list = []
-    tgt = table.begin_single_range(p, n, t, arr, read_only, busy)
-    try:
+    with Region(table) as region:
+        tgt = region.map_single_range(p, n, t, arr, read_only)
         dev.generic.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams,
                            threads, None, shared_mem)
-    except BaseException:
-        table.end_single_range(p, n, t, arr, busy[0], copy_back=False)
-        raise
-    table.end_single_range(p, n, t, arr, busy[0])
     return True
 
 
@@ -372,7 +366,8 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     busy = table.mark_busy_each(spans) if spans else []
     if busy is None:
         return False
-    try:
+    with Region(table) as region:
+        region.hold(busy)
         kargs = []
         j = 0
         for a in args:
@@ -383,10 +378,7 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
             else:
                 kargs.append(_by_value(a))
         dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
-        return True
-    finally:
-        if busy:
-            table.release_busy(busy)
+    return True
 
 
 def kernel_arg(table: MappingTable, items: Sequence[MapItem], p: int, n: int) -> int:

@@ -1,22 +1,24 @@
-/* offload's accelerator: the common single-array steps of offload in C, for Python's
- * tables and devices (offload/_accel.py builds and loads it).
+/* offload's compiled mapping core (offload/_accel.py builds and loads it): a table's state
+ * as C types (table.c: TableCore and HostDataToTarget, the twins of offload/mapping/core.py
+ * and offload/entries.py) and the common single-array steps over them.
  *
- * It works on the Python table's own structures (the _by_start dict, the sorted _starts
- * and _entries lists, HostDataToTarget objects) and the device's allocation records and
- * pool, so the Python code stays the owner of every rule: whenever a case is not the
- * single-range one (an overlap, an entry being made or in use by others, a waiter, pinned
- * memory, a pool without a block of the size, a lock held by another thread), it calls
- * the Python method instead, having changed nothing. Locks are the table's and the
- * device's own, taken without blocking. On host memory, copies up to `limit` bytes are a
- * memcpy under the table lock; larger ones run as the Python methods run them, outside
- * it and without the GIL: a new mapping is in the table with its `ready` lock held until
- * its first copy is done, and a mapping's last copy back runs after it left the table
- * (then MappingTable._release frees it). On CUDA, an update's pinned copy and a region's
- * launch run through the driver's entry points on streams of the device.
+ * The steps read the core's and the entries' structs directly; every other Python object
+ * they reach (the device's allocation records and pool, the plugin's pinned ranges, the
+ * CUDA driver's state, the runtime) they reach through the names interface.c declares.
+ * Whenever a case is not the single-range one (an overlap, an entry being made or in use
+ * by others, a waiter, pinned memory, a pool without a block of the size, a lock held by
+ * another thread), a step calls the Python method instead, having changed nothing. Locks
+ * are the table's and the device's own, taken without blocking. On host memory, copies up
+ * to `limit` bytes are a memcpy under the table lock; larger ones run as the Python methods
+ * run them, outside it and without the GIL: a new mapping is in the table with its `ready`
+ * lock held until its first copy is done, and a mapping's last copy back runs after it left
+ * the table (then MappingTable._release frees it). On CUDA, an update's pinned copy and a
+ * region's launch run through the driver's entry points on streams of the device.
  *
  * The parts, included here in this order as one translation unit (their functions stay
- * static): lock.c, common.c, single_range.c, update.c, present.c, clauses.c, operation.c; this
- * file adds the accelerator object of a table, its bound methods and the module. */
+ * static): interface.c, cuda_work.c, lock.c, table.c, common.c, single_range.c, update.c,
+ * present.c, clauses.c, operation.c; this file adds the accelerator object of a table, its
+ * bound methods and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>

@@ -10,6 +10,7 @@ from typing import Any
 from .. import runtime
 from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
+from ..mapping.region import Region
 from . import maps, ompt
 from .abi import KERNEL_GENERAL
 from .devices import (
@@ -79,29 +80,15 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
     if not args:                                 # nothing mapped, nothing passed
         _run_kernel(dev, fn, name, [], teams, threads, tripcount)
         return OFFLOAD_SUCCESS
-    table = dev.table
-    busy: list = []          # the region's entries stay while its kernel runs (as target())
     one = maps.single_section_arg(dev, args)
-    if one is not None:                          # one array section: in fewer steps
-        p, n, t = one.begin, one.size, one.type & 0x3
-        one.tgt = table.begin_single_range(p, n, t, None, False, busy)
-        try:
-            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
-        except BaseException:
-            table.end_single_range(p, n, t, None, busy[0], copy_back=False)
-            raise
-        table.end_single_range(p, n, t, None, busy[0])
-        return OFFLOAD_SUCCESS
-    items = maps.begin(dev, args, bases, busy)
-    try:
-        try:
-            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
-        except BaseException:
-            table.target_data_end(items, copy_back=False, own=busy)
-            raise
-        maps.end(dev, args, items, busy)
-    finally:
-        table.release_busy(busy)
+    with Region(dev.table) as region:   # its entries stay while its kernel runs (as target())
+        if one is not None:                      # one array section: in fewer steps
+            one.tgt = region.map_single_range(one.begin, one.size, one.type & 0x3, None)
+        else:
+            region.map_by(lambda busy: maps.begin(dev, args, bases, busy),
+                          lambda items, copy_back, own: maps.end(dev, args, items, own,
+                                                                 copy_back))
+        _run_with_args(dev, fn, name, given, teams, threads, tripcount)
     return OFFLOAD_SUCCESS
 
 
@@ -179,7 +166,7 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
-    if ompt.listening or d.table.observed:
+    if ompt.listening or not Region.fewer_steps(d.table):
         return KERNEL_GENERAL
     if n:
         if not maps.single_section(d, base, begin, size, type):

@@ -251,14 +251,15 @@ def begin(dev: Device, args: list[Arg], bases: Any = None,
 
 
 def end(dev: Device, args: list[Arg], items: list[MapItem] | None = None,
-        own: Any = ()) -> None:
+        own: Any = (), copy_back: bool = True) -> None:
     """target_data_end for the list (`items`: what `begin` mapped, else made again; `own`:
-    the caller's busy marks); host pointers the copies back bring along keep their host
-    values (the mapping's shadow pointers)."""
+    the caller's busy marks; no copy back with `copy_back=False`, after a failed launch);
+    host pointers the copies back bring along keep their host values (the mapping's shadow
+    pointers); the pointer mappings `begin` took are given back either way."""
     if items is None:
         items = [a.item() for a in args if _mapped(a)]
     try:
-        dev.table.target_data_end(items, own=own)
+        dev.table.target_data_end(items, copy_back=copy_back, own=own)
     finally:
         _release_pointers(dev, [a for a in args if _mapped(a) and _holds_pointer(a)])
 

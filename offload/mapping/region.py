@@ -1,0 +1,117 @@
+"""One target region's data, the same for every entry point (target, its nowait and Stream
+forms, the C ABI's __tgt_target_kernel and the legacy entries): map what the region maps,
+keep every entry it uses marked in use while its kernel runs (so another thread's unmap
+waits for the kernel), unmap (copying back unless the launch failed), let go.
+
+    with Region(table, queue) as region:
+        tgts = region.map(items)            # or map_single_range(...), or map_by(...)
+        ... translate the arguments, launch ...
+    # unmapped (copy_back=False after an exception), the marks released
+
+The fewer-steps paths decide nothing here: `fewer_steps` is the one table-level test they
+all ask (LIBOMPTARGET_INFO bits or a listener send every region to the general rules).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from ..clauses import MapItem
+from ..entries import HostDataToTarget
+
+
+class Region:
+    """The entries one region maps and uses, and how to unmap them."""
+
+    __slots__ = ("table", "queue", "busy", "_unmap")
+
+    def __init__(self, table: Any, queue: Any = None):
+        self.table = table
+        self.queue = queue                   # the queue its copies go on (None: the table's)
+        #: entries marked in use by this region (its own maps, and entries another
+        #: construct mapped that it found and marked: `hold`)
+        self.busy: list[HostDataToTarget] = []
+        self._unmap: Callable[[bool], None] | None = None
+
+    @staticmethod
+    def fewer_steps(table: Any) -> bool:
+        """Whether a region on `table` may take a fewer-steps path: nobody observes the
+        table (no LIBOMPTARGET_INFO bits, no OMPT tool or profile)."""
+        return not table.observed
+
+    def hold(self, entries: Sequence[HostDataToTarget | None]) -> None:
+        """Entries the caller found and marked in use already (None skipped): released
+        with the region's own."""
+        self.busy += [e for e in entries if e is not None]
+
+    def map(self, items: list[MapItem]) -> list[int]:
+        """target_data_begin of `items` on the region's queue, their entries marked in use;
+        the device address of each item."""
+        self._first()
+        got: list[HostDataToTarget] = []
+        tgts = self.table.target_data_begin(items, self.queue, got)
+        self.busy += got
+        self._unmap = lambda copy_back: self.table.target_data_end(
+            items, self.queue, copy_back=copy_back, own=self.busy)
+        return tgts  # type: ignore[no-any-return]
+
+    def map_single_range(self, p: int, n: int, t: int, owner: Any,
+                         read_only: bool = False) -> int:
+        """One clause of TO/FROM bits over [p, p+n), in fewer steps where the table can
+        (MappingTable.begin_single_range); its device address."""
+        self._first()
+        got: list[HostDataToTarget] = []
+        tgt = self.table.begin_single_range(p, n, t, owner, read_only, got)
+        entry = got[0]
+
+        def unmap(copy_back: bool) -> None:
+            self.busy.remove(entry)                 # end_single_range lets go of its mark
+            self.table.end_single_range(p, n, t, owner, entry, copy_back=copy_back)
+        self.busy.append(entry)
+        self._unmap = unmap
+        return tgt  # type: ignore[no-any-return]
+
+    def map_by(self, begin: Callable[[list], Any],
+               end: Callable[[Any, bool, list], None]) -> Any:
+        """Mapping by the caller's own rules (the C ABI's map list: mappers, attached
+        pointers): `begin(busy)` maps, marking the entries it uses in `busy`, and returns
+        what `end(result, copy_back, own)` unmaps."""
+        self._first()
+        got: list[HostDataToTarget] = []
+        result = begin(got)
+        self.busy += got
+        self._unmap = lambda copy_back: end(result, copy_back, self.busy)
+        return result
+
+    def _first(self) -> None:
+        if self._unmap is not None:
+            raise RuntimeError("Region: a region maps once")
+
+    def unmap(self, copy_back: bool = True) -> None:
+        """Undo what the region mapped (no copy back with `copy_back=False`: a failed
+        launch); its marks stay until `release`."""
+        undo, self._unmap = self._unmap, None
+        if undo is not None:
+            undo(copy_back)
+
+    def keep(self) -> list[HostDataToTarget]:
+        """The marks, handed to the caller (work still queued: released once it ran)."""
+        busy, self.busy = self.busy, []
+        return busy
+
+    def release(self) -> None:
+        """Let go of every mark the region holds."""
+        busy, self.busy = self.busy, []
+        if busy:
+            self.table.release_busy(busy)
+
+    def __enter__(self) -> Region:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            self.unmap(copy_back=kind is None)
+        finally:
+            self.release()
