@@ -183,7 +183,7 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
     """The two common regions without a caller's queue, in fewer steps: every array
     argument mapped already, or one single-range clause on a synchronous device. False, with
     nothing done, for any other region."""
-    if not Region.fewer_steps(dev.table):
+    if dev.table.observed:
         return False
     if not maps:
         return _target_on_present(k, args, dev, teams, threads, shared_mem)
@@ -327,11 +327,16 @@ def _target_single_range(k: GenericKernel, args: Sequence[Any], m: MapClause, de
     for a in args:
         if type(a) is np.ndarray and a is not arr:
             return False
-    with Region(table) as region:
-        tgt = region.map_single_range(p, n, t, arr, read_only)
-        dev.generic.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams,
-                           threads, None, shared_mem)
+    Region.single_range(table, p, n, t, arr, read_only, _launch_single, k, args, arr,
+                        dev.generic, teams, threads, shared_mem)
     return True
+
+
+def _launch_single(tgt: int, k: GenericKernel, args: Sequence[Any], arr: Any, gen: Any,
+                   teams: int | None, threads: int | None, shared_mem: int) -> None:
+    """The kernel of a single-range region, `arr` passed as its device address `tgt`."""
+    gen.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams, threads, None,
+               shared_mem)
 
 
 def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
@@ -366,18 +371,20 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     busy = table.mark_busy_each(spans) if spans else []
     if busy is None:
         return False
-    with Region(table) as region:
-        region.hold(busy)
-        kargs = []
-        j = 0
-        for a in args:
-            if type(a) is np.ndarray:
-                e = busy[j]
-                kargs.append(e.tgt_begin + (spans[j][0] - e.hst_begin))
-                j += 1
-            else:
-                kargs.append(_by_value(a))
+    kargs = []
+    j = 0
+    for a in args:
+        if type(a) is np.ndarray:
+            e = busy[j]
+            kargs.append(e.tgt_begin + (spans[j][0] - e.hst_begin))
+            j += 1
+        else:
+            kargs.append(_by_value(a))
+    if not busy:                                 # nothing marked: launched as it is
         dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
+        return True
+    Region.on_marked(table, busy, lambda: dev.generic.launch(k, kargs, teams, threads, None,
+                                                            shared_mem))
     return True
 
 

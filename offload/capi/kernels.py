@@ -81,13 +81,17 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         _run_kernel(dev, fn, name, [], teams, threads, tripcount)
         return OFFLOAD_SUCCESS
     one = maps.single_section_arg(dev, args)
+    if one is not None:                          # one array section: in fewer steps
+
+        def launch(tgt: int) -> None:
+            one.tgt = tgt
+            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
+        Region.single_range(dev.table, one.begin, one.size, one.type & 0x3, None, False,
+                            launch)
+        return OFFLOAD_SUCCESS
     with Region(dev.table) as region:   # its entries stay while its kernel runs (as target())
-        if one is not None:                      # one array section: in fewer steps
-            one.tgt = region.map_single_range(one.begin, one.size, one.type & 0x3, None)
-        else:
-            region.map_by(lambda busy: maps.begin(dev, args, bases, busy),
-                          lambda items, copy_back, own: maps.end(dev, args, items, own,
-                                                                 copy_back))
+        region.map_by(lambda busy: maps.begin(dev, args, bases, busy),
+                      lambda items, copy_back, own: maps.end(dev, args, items, own, copy_back))
         _run_with_args(dev, fn, name, given, teams, threads, tripcount)
     return OFFLOAD_SUCCESS
 
@@ -166,7 +170,7 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
-    if ompt.listening or not Region.fewer_steps(d.table):
+    if ompt.listening or d.table.observed:
         return KERNEL_GENERAL
     if n:
         if not maps.single_section(d, base, begin, size, type):

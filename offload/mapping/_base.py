@@ -88,18 +88,15 @@ class TableState:
         self._core = core = core_type(self._lock, threading.Condition(self._lock))
         self._idle = core.idle                             # an entry's busy count fell to 0
         self._entry = core.entry_type
-        core.observed = bool(self._info) or self._traced
+        #: INFO bits or a listener: the one table-level test of every fewer-steps path
+        #: (Python's and the compiled core's), which tell no one. Set with the core's copy,
+        #: which the compiled paths read, by the `info` and `traced` setters alone.
+        self.observed = core.observed = bool(self._info) or self._traced
         # id(entry) -> threads that dropped its last reference and have not left it yet,
         # and those of them copying it back now (see _drain, _hold, _leave)
         self._leavers: dict[int, int] = {}
         self._holders: dict[int, int] = {}
         self._excused: dict[int, int] = {}     # id(entry) -> busy marks _drain does not wait for
-
-    @property
-    def observed(self) -> bool:
-        """INFO bits or a listener: the one table-level test of every fewer-steps path
-        (Python's and the compiled core's), which tell no one."""
-        return self._core.observed  # type: ignore[no-any-return]
 
     @property
     def info(self) -> int:
@@ -109,7 +106,7 @@ class TableState:
     @info.setter
     def info(self, bits: int) -> None:
         self._info = int(bits)
-        self._core.observed = bool(self._info) or self._traced
+        self.observed = self._core.observed = bool(self._info) or self._traced
 
     @property
     def traced(self) -> bool:
@@ -120,7 +117,7 @@ class TableState:
     @traced.setter
     def traced(self, yes: bool) -> None:
         self._traced = bool(yes)
-        self._core.observed = bool(self._info) or self._traced
+        self.observed = self._core.observed = bool(self._info) or self._traced
 
     # ---- table ------------------------------------------------------------
     def _say(self, msg: str) -> None:

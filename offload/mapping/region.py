@@ -4,12 +4,15 @@ keep every entry it uses marked in use while its kernel runs (so another thread'
 waits for the kernel), unmap (copying back unless the launch failed), let go.
 
     with Region(table, queue) as region:
-        tgts = region.map(items)            # or map_single_range(...), or map_by(...)
+        tgts = region.map(items)            # or map_by(...): the caller's own rules
         ... translate the arguments, launch ...
     # unmapped (copy_back=False after an exception), the marks released
 
-The fewer-steps paths decide nothing here: `fewer_steps` is the one table-level test they
-all ask (LIBOMPTARGET_INFO bits or a listener send every region to the general rules).
+The two fewer-steps shapes run the same steps without a Region object (they are the hot
+paths): `Region.single_range` (one single-range clause) and `Region.on_marked` (every
+array argument found mapped and marked). Whether a region may take them is the table's
+`observed` (LIBOMPTARGET_INFO bits or a listener send it to the general rules), the one
+table-level test every fewer-steps path asks.
 """
 from __future__ import annotations
 
@@ -34,12 +37,6 @@ class Region:
         self.busy: list[HostDataToTarget] = []
         self._unmap: Callable[[bool], None] | None = None
 
-    @staticmethod
-    def fewer_steps(table: Any) -> bool:
-        """Whether a region on `table` may take a fewer-steps path: nobody observes the
-        table (no LIBOMPTARGET_INFO bits, no OMPT tool or profile)."""
-        return not table.observed
-
     def hold(self, entries: Sequence[HostDataToTarget | None]) -> None:
         """Entries the caller found and marked in use already (None skipped): released
         with the region's own."""
@@ -56,21 +53,31 @@ class Region:
             items, self.queue, copy_back=copy_back, own=self.busy)
         return tgts  # type: ignore[no-any-return]
 
-    def map_single_range(self, p: int, n: int, t: int, owner: Any,
-                         read_only: bool = False) -> int:
-        """One clause of TO/FROM bits over [p, p+n), in fewer steps where the table can
-        (MappingTable.begin_single_range); its device address."""
-        self._first()
-        got: list[HostDataToTarget] = []
-        tgt = self.table.begin_single_range(p, n, t, owner, read_only, got)
-        entry = got[0]
+    @staticmethod
+    def single_range(table: Any, p: int, n: int, t: int, owner: Any, read_only: bool,
+                     launch: Callable[..., Any], *args: Any) -> None:
+        """A region of one clause of TO/FROM bits over [p, p+n), mapped in fewer steps
+        where the table can (MappingTable.begin_single_range): `launch(device address,
+        *args)` between the map and the unmap (no copy back when it raises); the entry's
+        mark is let go by the unmap."""
+        busy: list[HostDataToTarget] = []
+        tgt = table.begin_single_range(p, n, t, owner, read_only, busy)
+        try:
+            launch(tgt, *args)
+        except BaseException:
+            table.end_single_range(p, n, t, owner, busy[0], copy_back=False)
+            raise
+        table.end_single_range(p, n, t, owner, busy[0])
 
-        def unmap(copy_back: bool) -> None:
-            self.busy.remove(entry)                 # end_single_range lets go of its mark
-            self.table.end_single_range(p, n, t, owner, entry, copy_back=copy_back)
-        self.busy.append(entry)
-        self._unmap = unmap
-        return tgt  # type: ignore[no-any-return]
+    @staticmethod
+    def on_marked(table: Any, busy: list[HostDataToTarget], launch: Callable[[], Any]) -> None:
+        """A region that maps nothing, whose array arguments' entries the caller found and
+        marked in use (`busy`): `launch()`, then the marks let go."""
+        try:
+            launch()
+        finally:
+            if busy:
+                table.release_busy(busy)
 
     def map_by(self, begin: Callable[[list], Any],
                end: Callable[[Any, bool, list], None]) -> Any:

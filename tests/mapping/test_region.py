@@ -43,7 +43,7 @@ class _Table:
         busy.append("one")
         return 7
 
-    def end_single_range(self, p, n, t, owner, e, copy_back):
+    def end_single_range(self, p, n, t, owner, e, copy_back=True):
         self._step("end1", e, copy_back)
 
     def release_busy(self, entries):
@@ -77,19 +77,35 @@ def test_a_failed_map_releases_what_the_region_held_and_unmaps_nothing():
 @pytest.mark.parametrize("launch_fails", [False, True])
 def test_a_single_range_region_lets_its_entry_go_through_its_unmap(launch_fails):
     table = _Table()
+    seen = []
+
+    def launch(tgt):
+        seen.append(tgt)
+        if launch_fails:
+            raise RuntimeError("launch")
     with pytest.raises(RuntimeError) if launch_fails else _nothing():
-        with Region(table) as region:
-            assert region.map_single_range(0x1000, 8, 3, None) == 7
-            if launch_fails:
-                raise RuntimeError("launch")
+        Region.single_range(table, 0x1000, 8, 3, None, False, launch)
+    assert seen == [7]
     assert table.calls == [("begin1", 0x1000), ("end1", "one", not launch_fails)]
+
+
+@pytest.mark.parametrize("launch_fails", [False, True])
+def test_a_region_on_marked_entries_lets_them_go(launch_fails):
+    table = _Table()
+
+    def launch():
+        if launch_fails:
+            raise RuntimeError("launch")
+    with pytest.raises(RuntimeError) if launch_fails else _nothing():
+        Region.on_marked(table, ["a", "b"], launch)
+    assert table.calls == [("release", ["a", "b"])]
 
 
 def test_a_region_maps_once():
     region = Region(_Table())
     region.map([1])
     with pytest.raises(RuntimeError, match="maps once"):
-        region.map_single_range(0, 8, 3, None)
+        region.map_by(lambda busy: None, lambda result, copy_back, own: None)
 
 
 class _nothing:
