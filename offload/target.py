@@ -183,13 +183,25 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
     """The two common regions without a caller's queue, in fewer steps: every array
     argument mapped already, or one single-range clause on a synchronous device. False, with
     nothing done, for any other region."""
-    if dev.table.observed:
+    table = dev.table
+    if table.observed:
         return False
     if not maps:
         return _target_on_present(k, args, dev, teams, threads, shared_mem)
-    return len(maps) == 1 and type(maps[0]) is MapClause and \
-        dev.generic.queues.synchronous and \
-        _target_single_range(k, args, maps[0], dev, teams, threads, shared_mem)
+    # one single-range clause (TO/FROM bits only, over a C-contiguous array that is the
+    # region's only array argument) on a device whose work is synchronous
+    if len(maps) != 1 or type(maps[0]) is not MapClause or not dev.generic.queues.synchronous:
+        return False
+    single = table.single_range_of(maps[0])
+    if single is None:
+        return False
+    p, n, t, arr, read_only = single
+    for a in args:
+        if type(a) is np.ndarray and a is not arr:
+            return False
+    Region.single_range(table, p, n, t, arr, read_only, _launch_single, k, args, arr,
+                        dev.generic, teams, threads, shared_mem)
+    return True
 
 
 def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]:
@@ -314,24 +326,6 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
     return kept if on_stream else None
 
 
-def _target_single_range(k: GenericKernel, args: Sequence[Any], m: MapClause, dev: Device,
-                  teams: int | None, threads: int | None, shared_mem: int) -> bool:
-    """The region of one single-range clause (TO/FROM bits only, over a C-contiguous array that
-    is its only array argument) on a device whose work is synchronous, through the table's
-    begin_single_range/end_single_range. False, with nothing done, for any other region."""
-    table = dev.table
-    single = table.single_range_of(m)
-    if single is None:
-        return False
-    p, n, t, arr, read_only = single
-    for a in args:
-        if type(a) is np.ndarray and a is not arr:
-            return False
-    Region.single_range(table, p, n, t, arr, read_only, _launch_single, k, args, arr,
-                        dev.generic, teams, threads, shared_mem)
-    return True
-
-
 def _launch_single(tgt: int, k: GenericKernel, args: Sequence[Any], arr: Any, gen: Any,
                    teams: int | None, threads: int | None, shared_mem: int) -> None:
     """The kernel of a single-range region, `arr` passed as its device address `tgt`."""
@@ -383,8 +377,8 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     if not busy:                                 # nothing marked: launched as it is
         dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
         return True
-    Region.on_marked(table, busy, lambda: dev.generic.launch(k, kargs, teams, threads, None,
-                                                            shared_mem))
+    Region.on_marked(table, busy, dev.generic.launch, k, kargs, teams, threads, None,
+                     shared_mem)
     return True
 
 

@@ -82,18 +82,27 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         return OFFLOAD_SUCCESS
     one = maps.single_section_arg(dev, args)
     if one is not None:                          # one array section: in fewer steps
-
-        def launch(tgt: int) -> None:
-            one.tgt = tgt
-            _run_with_args(dev, fn, name, given, teams, threads, tripcount)
         Region.single_range(dev.table, one.begin, one.size, one.type & 0x3, None, False,
-                            launch)
-        return OFFLOAD_SUCCESS
+                            _run_one, one, dev, fn, name, given, teams, threads, tripcount)
+    else:
+        _run_mapped(dev, fn, name, args, given, bases, teams, threads, tripcount)
+    return OFFLOAD_SUCCESS
+
+
+def _run_one(tgt: int, one: maps.Arg, dev: Any, fn: Any, name: str, given: list[maps.Arg],
+             teams: int, threads: int, tripcount: int) -> None:
+    """The kernel of a region whose one section `one` is mapped at `tgt`."""
+    one.tgt = tgt
+    _run_with_args(dev, fn, name, given, teams, threads, tripcount)
+
+
+def _run_mapped(dev: Any, fn: Any, name: str, args: list[maps.Arg], given: list[maps.Arg],
+                bases: Any, teams: int, threads: int, tripcount: int) -> None:
+    """The kernel of a region whose map list the general rules map (maps.begin / end)."""
     with Region(dev.table) as region:   # its entries stay while its kernel runs (as target())
         region.map_by(lambda busy: maps.begin(dev, args, bases, busy),
                       lambda items, copy_back, own: maps.end(dev, args, items, own, copy_back))
         _run_with_args(dev, fn, name, given, teams, threads, tripcount)
-    return OFFLOAD_SUCCESS
 
 
 _EMPTY: tuple[list[maps.Arg], list[maps.Arg]] = ([], [])

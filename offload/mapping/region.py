@@ -70,11 +70,12 @@ class Region:
         table.end_single_range(p, n, t, owner, busy[0])
 
     @staticmethod
-    def on_marked(table: Any, busy: list[HostDataToTarget], launch: Callable[[], Any]) -> None:
+    def on_marked(table: Any, busy: list[HostDataToTarget], launch: Callable[..., Any],
+                  *args: Any) -> None:
         """A region that maps nothing, whose array arguments' entries the caller found and
-        marked in use (`busy`): `launch()`, then the marks let go."""
+        marked in use (`busy`): `launch(*args)`, then the marks let go."""
         try:
-            launch()
+            launch(*args)
         finally:
             if busy:
                 table.release_busy(busy)
