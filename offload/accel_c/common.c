@@ -115,19 +115,6 @@ static int made(PyObject *ready) {
   return !held;
 }
 
-/* An exact int as an address; 0 (error cleared) for anything else. */
-static int as_addr(PyObject *o, uintptr_t *out) {
-  if (o == NULL || !PyLong_CheckExact(o))
-    return 0;
-  unsigned long long v = PyLong_AsUnsignedLongLong(o);
-  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return 0;
-  }
-  *out = (uintptr_t)v;
-  return 1;
-}
-
 /* An exact int as a signed size; 0 (error cleared) for anything else. */
 static int as_size(PyObject *o, long long *out) {
   if (o == NULL || !PyLong_CheckExact(o))

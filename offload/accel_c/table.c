@@ -170,9 +170,9 @@ typedef struct {
 
 static PyTypeObject TableCoreType;
 
-/* An int as an address: 1, else 0 (error cleared). */
-static int addr_of(PyObject *o, uintptr_t *out) {
-  if (o == NULL || !PyLong_Check(o))
+/* An int (an exact one with `exact`) as an address: 1, else 0 (error cleared). */
+static int int_addr(PyObject *o, uintptr_t *out, int exact) {
+  if (o == NULL || !(exact ? PyLong_CheckExact(o) : PyLong_Check(o)))
     return 0;
   unsigned long long v = PyLong_AsUnsignedLongLong(o);
   if (v == (unsigned long long)-1 && PyErr_Occurred()) {
@@ -182,6 +182,8 @@ static int addr_of(PyObject *o, uintptr_t *out) {
   *out = (uintptr_t)v;
   return 1;
 }
+#define addr_of(o, out) int_addr(o, out, 0)     /* any int: the core's own methods */
+#define as_addr(o, out) int_addr(o, out, 1)     /* an exact int: the fewer-steps paths */
 
 static uintptr_t end_of(uintptr_t p, uintptr_t n) {       /* p + n, saturated */
   return p + n < p ? UINTPTR_MAX : p + n;
