@@ -1,6 +1,6 @@
 /* offload's compiled mapping core (offload/_accel.py builds and loads it): a table's state
- * as C types (table.c: TableCore and HostDataToTarget, the twins of offload/mapping/core.py
- * and offload/entries.py) and the common single-array steps over them.
+ * as C types (entry.c: HostDataToTarget and its counts, table.c: TableCore; the twins of
+ * offload/entries.py and offload/mapping/core.py) and the common single-array steps over them.
  *
  * The steps read the core's and the entries' structs directly; every other Python object
  * they reach (the device's allocation records and pool, the plugin's pinned ranges, the
@@ -16,7 +16,7 @@
  * region's launch run through the driver's entry points on streams of the device.
  *
  * The parts, included here in this order as one translation unit (their functions stay
- * static): interface.c, cuda_work.c, lock.c, table.c, common.c, single_range.c, update.c,
+ * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c, update.c,
  * present.c, clauses.c, operation.c; this file adds the accelerator object of a table, its
  * bound methods and the module. */
 #define PY_SSIZE_T_CLEAN
@@ -24,6 +24,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 
 #include <pythread.h>
@@ -31,6 +32,7 @@
 #include "interface.c"
 #include "cuda_work.c"
 #include "lock.c"
+#include "entry.c"
 #include "table.c"
 #include "common.c"
 #include "single_range.c"

@@ -238,25 +238,3 @@ static int range_args(Accel *a, PyObject *const *args, uintptr_t *p, Py_ssize_t 
   return 1;
 }
 
-/* busy -= 1 on entry e (the caller holds the table lock): 0, or -1 with an exception. */
-static int unmark_one(Accel *a, PyObject *e) {
-  PyObject *one = PyLong_FromLong(1);
-  PyObject *less = one ? PyNumber_Subtract(F(e, BUSY), one) : NULL;
-  Py_XDECREF(one);
-  if (!less)
-    return -1;
-  put(e, BUSY, less, NULL);
-  return 0;
-}
-
-/* Wake the threads waiting on the table's idle condition, as release_busy does (the
- * caller holds the table lock): 0, or -1 with an exception. */
-static int wake_waiters(Accel *a) {
-  if (!a->core->waiting)
-    return 0;
-  PyObject *w = PyObject_CallMethodNoArgs(a->core->idle, s_notify_all);
-  if (!w)
-    return -1;
-  Py_DECREF(w);
-  return 0;
-}

@@ -54,27 +54,26 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
     Py_ssize_t n = size[i] > 0 ? size[i] : 1;
     int inside;
     PyObject *e = core_find(a->core, p, (uintptr_t)n, &inside);   /* sharing a byte */
-    PyObject *one = NULL, *busy = NULL, *dev_addr = NULL;
-    if (!e || !IS_ENTRY(e) || !made(F(e, READY)) ||
-        !as_addr(F(e, HST_BEGIN), &begin) || !as_addr(F(e, TGT_BEGIN), &tgt) ||
-        !(one = PyLong_FromLong(1)) || !(busy = PyNumber_Add(F(e, BUSY), one)) ||
-        !(dev_addr = PyLong_FromUnsignedLongLong(
-              (unsigned long long)(tgt + (p - begin)))) ||
-        PyList_Append(marked, e) < 0) {
-      Py_XDECREF(one);
-      Py_XDECREF(busy);
+    PyObject *dev_addr = NULL;
+    int ok = e && IS_ENTRY(e) && made(F(e, READY)) && as_addr(F(e, HST_BEGIN), &begin) &&
+             as_addr(F(e, TGT_BEGIN), &tgt) &&
+             (dev_addr = PyLong_FromUnsignedLongLong((unsigned long long)(tgt + (p - begin)))) &&
+             PyList_Append(marked, e) == 0;
+    if (ok && entry_mark(e) < 0) {
+      PyList_SetSlice(marked, PyList_GET_SIZE(marked) - 1, PyList_GET_SIZE(marked), NULL);
+      ok = 0;
+    }
+    if (!ok) {
       Py_XDECREF(dev_addr);
       PyErr_Clear();
       for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++)     /* undo */
-        unmark_one(a, PyList_GET_ITEM(marked, m));
+        entry_unmark(PyList_GET_ITEM(marked, m));
       if (PyList_GET_SIZE(marked))
-        wake_waiters(a);
+        core_wake(a->core);
       PyErr_Clear();
       give_table_lock(a);
       goto none;
     }
-    Py_DECREF(one);
-    put(e, BUSY, busy, NULL);
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
   give_table_lock(a);
@@ -122,8 +121,8 @@ static PyObject *release_list(Accel *a, PyObject *entries) {
     return NULL;
   int bad = 0;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries) && !bad; i++)
-    bad = unmark_one(a, PyList_GET_ITEM(entries, i)) < 0;
-  bad = bad || wake_waiters(a) < 0;
+    bad = entry_unmark(PyList_GET_ITEM(entries, i)) < 0;
+  bad = core_wake(a->core) < 0 || bad;
   give_table_lock(a);
   if (bad)
     return NULL;

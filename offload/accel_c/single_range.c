@@ -17,7 +17,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   if (!try_table_lock(a))
     return fallback(a, BEGIN_PY, args, nargs, kwnames);
   TableCore *core = a->core;
-  PyObject *result = NULL, *one = NULL;
+  PyObject *result = NULL;
   int dev_locked = 0;
 
   PyObject *e = core_get(core, p, NULL);
@@ -26,17 +26,20 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
     if (!IS_ENTRY(e) || !as_addr(F(e, HST_END), &end) || p + (uintptr_t)n > end ||
         !made(F(e, READY)))
       goto slow;
-    one = PyLong_FromLong(1);
-    PyObject *dyn = one ? PyNumber_Add(F(e, DYN), one) : NULL;
-    PyObject *nbusy = one && busy != Py_None ? PyNumber_Add(F(e, BUSY), one) : NULL;
-    if (!dyn || (busy != Py_None && (!nbusy || PyList_Append(busy, e) < 0))) {
-      Py_XDECREF(dyn);
-      Py_XDECREF(nbusy);
+    if (busy != Py_None && PyList_Append(busy, e) < 0)
+      goto done;
+    int counted = entry_reference(e, 0) == 0;
+    if (!counted || (busy != Py_None && entry_mark(e) < 0)) {
+      PyObject *et, *ev, *tb;            /* (a count that is not one) nothing stays changed */
+      int last;
+      PyErr_Fetch(&et, &ev, &tb);
+      if (counted)
+        entry_unreference(e, 0, 0, &last);
+      if (busy != Py_None)
+        PyList_SetSlice(busy, PyList_GET_SIZE(busy) - 1, PyList_GET_SIZE(busy), NULL);
+      PyErr_Restore(et, ev, tb);
       goto done;
     }
-    put(e, DYN, dyn, NULL);
-    if (nbusy)
-      put(e, BUSY, nbusy, NULL);
     result = F(e, TGT_BEGIN);
     Py_INCREF(result);
     goto done;
@@ -92,31 +95,19 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   }
   PyObject *ent = EntryType.tp_alloc(&EntryType, 0);
   PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
-  PyObject *dyn = PyLong_FromLong(1), *hold = PyLong_FromLong(0);
-  PyObject *nbusy = PyLong_FromLong(busy != Py_None);
-  if (!ent || !end || !dyn || !hold || !nbusy) {
-    Py_XDECREF(ent); Py_XDECREF(end); Py_XDECREF(dyn); Py_XDECREF(hold); Py_XDECREF(nbusy);
+  if (!ent || !end) {
+    Py_XDECREF(ent);
+    Py_XDECREF(end);
     Py_DECREF(addr);
     Py_DECREF(ready);
     goto done;
   }
-  Py_INCREF(po); put(ent, HST_BEGIN, po, NULL);
-  put(ent, HST_END, end, NULL);
-  Py_INCREF(po); put(ent, HST_BASE, po, NULL);
-  Py_INCREF(addr); put(ent, TGT_BEGIN, addr, NULL);
-  put(ent, DYN, dyn, NULL);
-  put(ent, HOLD, hold, NULL);
-  Py_INCREF(owner); put(ent, OWNER, owner, NULL);
-  Py_INCREF(Py_None); put(ent, NAME, Py_None, NULL);
-  Py_INCREF(Py_False); put(ent, PINNED, Py_False, NULL);
-  Py_INCREF(Py_True); put(ent, OWNED, Py_True, NULL);
-  Py_INCREF(ready); put(ent, READY, ready, NULL);
-  Py_INCREF(Py_False); put(ent, FAILED, Py_False, NULL);
-  Py_INCREF(s_unknown_where); put(ent, WHERE_, s_unknown_where, NULL);
-  put(ent, BUSY, nbusy, NULL);
-  Py_INCREF(Py_None); put(ent, VIEWS, Py_None, NULL);
-  Py_INCREF(Py_None); put(ent, SHADOWS, Py_None, NULL);
-  if (core_insert(core, ent) < 0 || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
+  entry_fill(ent, po, end, addr, Py_None, owner, Py_True);
+  Py_DECREF(end);
+  Py_INCREF(ready);
+  put(ent, READY, ready, NULL);
+  if (entry_reference(ent, 0) < 0 || (busy != Py_None && entry_mark(ent) < 0) ||
+      core_insert(core, ent) < 0 || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
     core_remove(core, ent);
     Py_DECREF(ent);
     Py_DECREF(addr);
@@ -154,11 +145,9 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
 slow:
   PyErr_Clear();
   give_locks(a, dev_locked);
-  Py_XDECREF(one);
   return fallback(a, BEGIN_PY, args, nargs, kwnames);
 done:
   give_locks(a, dev_locked);
-  Py_XDECREF(one);
   return result;
 }
 
@@ -230,15 +219,10 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     if ((blocks && !PyList_CheckExact(blocks)) || PyErr_Occurred())
       goto slow;
   }
-  /* every check passed: the changes */
-  PyObject *ndyn = PyLong_FromLongLong(dyn - 1), *zero = own ? PyLong_FromLong(0) : NULL;
-  if (!ndyn || (own && !zero)) {
-    Py_XDECREF(ndyn);
+  /* every check passed: the changes (the counts checked above: the unmark cannot fail
+   * once the unreference did, and `last` is what the unreference finds) */
+  if (entry_unreference(f, 0, 0, &last) < 0 || (own && entry_unmark(f) < 0))
     goto done;
-  }
-  put(f, DYN, ndyn, NULL);
-  if (own)
-    put(f, BUSY, zero, NULL);
   if (big) {
     core_take(core, at);                          /* its reference is ours now */
     give_table_lock(a);                           /* nothing to copy back: free it */

@@ -1,155 +1,6 @@
-/* Part of the compiled mapping core (accel.c includes it): the one owner of a table's
- * state, TableCore, and its entries, HostDataToTarget. Their pure-Python twins are
- * offload/mapping/core.py and offload/entries.py; both have the same methods and fields,
- * and _accel.table_core refuses this core when the entry fields differ from the twin's.
- * The C paths of the core read these structs directly: no attribute by name. */
-
-/* The fields of HostDataToTarget, in the twin's __slots__ order. */
-enum { HST_BEGIN, HST_END, HST_BASE, TGT_BEGIN, DYN, HOLD, OWNER, NAME, PINNED, OWNED, READY,
-       FAILED, WHERE_, BUSY, VIEWS, SHADOWS, NSLOTS };
-static const char *slot_names[NSLOTS] = {
-    "hst_begin", "hst_end", "hst_base", "tgt_begin", "dyn", "hold", "owner", "name", "pinned",
-    "owned", "ready", "failed", "where", "busy", "views", "shadows"};
-
-typedef struct {
-  PyObject_HEAD
-  PyObject *f[NSLOTS];
-} Entry;
-
-#define F(e, i) (((Entry *)(e))->f[i])
-static PyTypeObject EntryType;
-#define IS_ENTRY(o) Py_IS_TYPE(o, &EntryType)
-
-/* Store v (a new reference, stolen) in field i of o; the old value goes to *old, else is
- * dropped. */
-static void put(PyObject *o, int i, PyObject *v, PyObject **old) {
-  PyObject *was = F(o, i);
-  F(o, i) = v;
-  if (old)
-    *old = was;
-  else
-    Py_XDECREF(was);
-}
-
-/* HostDataToTarget(hst, size, tgt, name, owner, owned=True), as the twin's __init__. */
-static int Entry_init(Entry *e, PyObject *args, PyObject *kw) {
-  static char *names[] = {"hst", "size", "tgt", "name", "owner", "owned", NULL};
-  PyObject *hst, *size, *tgt, *name, *owner, *owned = Py_True;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O:HostDataToTarget", names, &hst, &size,
-                                   &tgt, &name, &owner, &owned))
-    return -1;
-  PyObject *end = PyNumber_Add(hst, size);
-  PyObject *zero = PyLong_FromLong(0);
-  if (!end || !zero) {
-    Py_XDECREF(end);
-    Py_XDECREF(zero);
-    return -1;
-  }
-  PyObject *v[NSLOTS] = {hst, end, hst, tgt, zero, zero, owner, name, Py_False, owned, Py_None,
-                         Py_False, s_unknown_where, zero, Py_None, Py_None};
-  for (int i = 0; i < NSLOTS; i++)
-    put((PyObject *)e, i, Py_NewRef(v[i]), NULL);
-  Py_DECREF(end);
-  Py_DECREF(zero);
-  return 0;
-}
-
-static int Entry_traverse(Entry *e, visitproc visit, void *arg) {
-  for (int i = 0; i < NSLOTS; i++)
-    Py_VISIT(e->f[i]);
-  return 0;
-}
-
-static int Entry_clear(Entry *e) {
-  for (int i = 0; i < NSLOTS; i++)
-    Py_CLEAR(e->f[i]);
-  return 0;
-}
-
-static void Entry_dealloc(Entry *e) {
-  PyObject_GC_UnTrack(e);
-  Entry_clear(e);
-  Py_TYPE(e)->tp_free((PyObject *)e);
-}
-
-static PyObject *Entry_size(Entry *e, void *unused) {
-  (void)unused;
-  if (!e->f[HST_END] || !e->f[HST_BEGIN]) {
-    PyErr_SetString(PyExc_AttributeError, "size: the entry is not initialised");
-    return NULL;
-  }
-  return PyNumber_Subtract(e->f[HST_END], e->f[HST_BEGIN]);
-}
-
-static PyObject *Entry_total(Entry *e, PyObject *unused) {
-  (void)unused;
-  if (!e->f[DYN] || !e->f[HOLD]) {
-    PyErr_SetString(PyExc_AttributeError, "total: the entry is not initialised");
-    return NULL;
-  }
-  return PyNumber_Add(e->f[DYN], e->f[HOLD]);
-}
-
-static PyObject *Entry_repr(Entry *e) {
-  PyObject *size = Entry_size(e, NULL);
-  PyObject *begin = size ? PyNumber_ToBase(e->f[HST_BEGIN], 16) : NULL;
-  PyObject *tgt = begin && e->f[TGT_BEGIN] ? PyNumber_ToBase(e->f[TGT_BEGIN], 16) : NULL;
-  PyObject *r = tgt && e->f[DYN] && e->f[HOLD]
-      ? PyUnicode_FromFormat("HostDataToTarget(%U+%S -> %U, dyn=%S, hold=%S)", begin, size, tgt,
-                             e->f[DYN], e->f[HOLD])
-      : NULL;
-  Py_XDECREF(size);
-  Py_XDECREF(begin);
-  Py_XDECREF(tgt);
-  return r;
-}
-
-static PyMemberDef Entry_members[NSLOTS + 1];      /* filled from slot_names at start */
-
-static PyGetSetDef Entry_getset[] = {
-    {"size", (getter)Entry_size, NULL, "hst_end - hst_begin", NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
-
-static PyMethodDef Entry_methods[] = {
-    {"total", (PyCFunction)Entry_total, METH_NOARGS, "dyn + hold"},
-    {NULL, NULL, 0, NULL}};
-
-static PyTypeObject EntryType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "offload._accel_c.HostDataToTarget",
-    .tp_basicsize = sizeof(Entry),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Entry_init,
-    .tp_dealloc = (destructor)Entry_dealloc,
-    .tp_traverse = (traverseproc)Entry_traverse,
-    .tp_clear = (inquiry)Entry_clear,
-    .tp_repr = (reprfunc)Entry_repr,
-    .tp_members = Entry_members,
-    .tp_getset = Entry_getset,
-    .tp_methods = Entry_methods,
-    .tp_doc = "One mapping: host range -> device range, with dynamic and hold counts "
-              "(the compiled twin of offload.entries.HostDataToTarget).",
-};
-
-/* The entry type's fields as members, in slot order; the tuple of their names. */
-static PyObject *entry_fields(void) {
-  PyObject *names = PyTuple_New(NSLOTS);
-  if (!names)
-    return NULL;
-  for (int i = 0; i < NSLOTS; i++) {
-    Entry_members[i] = (PyMemberDef){(char *)slot_names[i], T_OBJECT_EX,
-                                     offsetof(Entry, f) + i * sizeof(PyObject *), 0, NULL};
-    PyObject *s = PyUnicode_FromString(slot_names[i]);
-    if (!s) {
-      Py_DECREF(names);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(names, i, s);
-  }
-  Entry_members[NSLOTS] = (PyMemberDef){NULL, 0, 0, 0, NULL};
-  return names;
-}
+/* Part of the compiled mapping core (accel.c includes it, after entry.c): the one owner of a
+ * table's state, TableCore. Its pure-Python twin is offload/mapping/core.py; both have the
+ * same methods. The C paths of the core read these structs directly: no attribute by name. */
 
 /* ---- TableCore ---------------------------------------------------------------------- */
 
@@ -398,6 +249,99 @@ static PyObject *TableCore_clear(TableCore *c, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* Wake the threads waiting on the idle condition, if any (the table lock held): 0, or -1. */
+static int core_wake(TableCore *c) {
+  if (!c->waiting)
+    return 0;
+  PyObject *w = PyObject_CallMethodNoArgs(c->idle, s_notify_all);
+  if (!w)
+    return -1;
+  Py_DECREF(w);
+  return 0;
+}
+
+/* The flags after the entry: positional, or by the keyword names given. */
+static int flag_args(const char *call, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, const char *const *names, int nflags, int *out) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs < 1 || nargs > 1 + nflags) {
+    PyErr_Format(PyExc_TypeError, "TableCore.%s takes an entry and at most %d flags", call,
+                 nflags);
+    return 0;
+  }
+  for (int k = 0; k < nflags; k++)
+    out[k] = 0;
+  for (Py_ssize_t i = 1; i < nargs + nkw; i++) {
+    int k = (int)i - 1;
+    if (i >= nargs) {
+      PyObject *key = PyTuple_GET_ITEM(kwnames, i - nargs);
+      for (k = 0; k < nflags && PyUnicode_CompareWithASCIIString(key, names[k]) != 0; k++)
+        ;
+      if (k == nflags) {
+        PyErr_Format(PyExc_TypeError, "TableCore.%s: no flag %R", call, key);
+        return 0;
+      }
+    }
+    int v = PyObject_IsTrue(args[i]);
+    if (v < 0)
+      return 0;
+    out[k] = v;
+  }
+  return 1;
+}
+
+static PyObject *TableCore_reference(TableCore *c, PyObject *const *args, Py_ssize_t nargsf,
+                                     PyObject *kwnames) {
+  static const char *const names[] = {"hold"};
+  int hold;
+  (void)c;
+  if (!flag_args("reference", args, nargsf, kwnames, names, 1, &hold) ||
+      !entry_check(args[0], "reference") || entry_reference(args[0], hold) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *TableCore_unreference(TableCore *c, PyObject *const *args, Py_ssize_t nargsf,
+                                       PyObject *kwnames) {
+  static const char *const names[] = {"hold", "delete"};
+  int f[2], last;
+  (void)c;
+  if (!flag_args("unreference", args, nargsf, kwnames, names, 2, f) ||
+      !entry_check(args[0], "unreference") || entry_unreference(args[0], f[0], f[1], &last) < 0)
+    return NULL;
+  return PyBool_FromLong(last);
+}
+
+static PyObject *TableCore_reference_forever(TableCore *c, PyObject *e) {
+  (void)c;
+  if (!entry_check(e, "reference_forever") || entry_reference_forever(e) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *TableCore_mark(TableCore *c, PyObject *e) {
+  (void)c;
+  if (!entry_check(e, "mark") || entry_mark(e) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *TableCore_unmark(TableCore *c, PyObject *entries) {
+  PyObject *seq = PySequence_Fast(entries, "TableCore.unmark: expected a sequence of entries");
+  if (!seq)
+    return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int bad = 0;
+  for (Py_ssize_t i = 0; i < n && !bad; i++) {
+    PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+    bad = !entry_check(e, "unmark") || entry_unmark(e) < 0;
+  }
+  Py_DECREF(seq);
+  if (core_wake(c) < 0 || bad)      /* the ones given back before a bad one stay given back */
+    return NULL;
+  Py_RETURN_NONE;
+}
+
 static Py_ssize_t TableCore_len(TableCore *c) { return c->count; }
 
 static PyObject *TableCore_entry_type(TableCore *c, void *unused) {
@@ -414,6 +358,16 @@ static PyMethodDef TableCore_methods[] = {
     {"remove", (PyCFunction)TableCore_remove, METH_O, "remove(entry): taken out, if in"},
     {"entries", (PyCFunction)TableCore_entries, METH_NOARGS, "entries() -> a list, sorted"},
     {"clear", (PyCFunction)TableCore_clear, METH_NOARGS, "clear(): every entry out"},
+    {"reference", (PyCFunction)(void (*)(void))TableCore_reference,
+     METH_FASTCALL | METH_KEYWORDS, "reference(entry, hold=False): one more reference"},
+    {"unreference", (PyCFunction)(void (*)(void))TableCore_unreference,
+     METH_FASTCALL | METH_KEYWORDS,
+     "unreference(entry, hold=False, delete=False) -> whether no reference is left"},
+    {"reference_forever", (PyCFunction)TableCore_reference_forever, METH_O,
+     "reference_forever(entry): an association's count (INF)"},
+    {"mark", (PyCFunction)TableCore_mark, METH_O, "mark(entry): in use once more"},
+    {"unmark", (PyCFunction)TableCore_unmark, METH_O,
+     "unmark(entries): each in use once less; waiters on idle woken"},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef TableCore_members[] = {

@@ -188,8 +188,8 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
 static int release_one(Accel *a, PyObject *e) {
   if (wait_table_lock(a) < 0)                                        /* blocking, as Python */
     return -1;
-  int rc = unmark_one(a, e);
-  if (rc == 0 && wake_waiters(a) < 0)
+  int rc = entry_unmark(e);
+  if (core_wake(a->core) < 0)
     rc = -1;
   give_table_lock(a);
   return rc;
@@ -211,19 +211,14 @@ static PyObject *Accel_update(Accel *a, PyObject *const *args, size_t nargsf,
   Py_ssize_t i = core_after(a->core, p) - 1;             /* the entry starting at or before p */
   PyObject *e = i >= 0 ? a->core->entries[i] : NULL;
   uintptr_t begin, end, tgt0;
-  PyObject *one = NULL, *busy = NULL;
   if (!e || !IS_ENTRY(e) || !as_addr(F(e, HST_BEGIN), &begin) ||
       !as_addr(F(e, HST_END), &end) || p < begin || p + (uintptr_t)n > end ||
       !as_addr(F(e, TGT_BEGIN), &tgt0) || !tgt0 || F(e, SHADOWS) != Py_None ||
-      !made(F(e, READY)) || !(one = PyLong_FromLong(1)) ||
-      !(busy = PyNumber_Add(F(e, BUSY), one))) {
-    Py_XDECREF(one);
+      !made(F(e, READY)) || entry_mark(e) < 0) {     /* in use: an unmap waits for the copy */
     PyErr_Clear();
     give_table_lock(a);
     return fallback(a, UPDATE_PY, args, nargs, kwnames);   /* absent data: Python too */
   }
-  Py_DECREF(one);
-  put(e, BUSY, busy, NULL);                 /* in use: an unmap waits for the copy */
   Py_INCREF(e);
   give_table_lock(a);
   int done = copy_now(a, t == 1, tgt0 + (p - begin), p, n);

@@ -70,19 +70,19 @@ class MappingTable(Begin, End):
             if e is not None:
                 made = e.ready
                 if p + n <= e.hst_end and (made is None or not made.locked()):
-                    e.dyn += 1                          # present: a reference, no copy
+                    self._core.reference(e)             # present: a reference, no copy
                     if busy is not None:
-                        e.busy += 1
+                        self._core.mark(e)
                         busy.append(e)
                     return e.tgt_begin
                 e = None
             elif self._core.find(p, n)[0] is None:           # nothing there: a new entry
                 e = self._entry(p, n, 0, None, owner)
-                e.dyn = 1
+                self._core.reference(e)
                 ready = e.ready = _held_lock()
                 self._core.insert(e)
                 if busy is not None:
-                    e.busy = 1
+                    self._core.mark(e)
         if e is None:
             return self.begin_general(p, n, t, owner, read_only, busy)
         plugin = self.plugin
@@ -115,8 +115,7 @@ class MappingTable(Begin, End):
                     and (f.ready is None or not f.ready.locked()))   # not being made
             if fast:
                 assert f is not None
-                f.dyn -= 1
-                last = f.dyn + f.hold == 0
+                last = self._core.unreference(f)
                 back = last and copy_back and t & _FROM
                 if back:                   # kept, held, until copied back
                     self._leavers[id(f)] = 1
@@ -124,9 +123,7 @@ class MappingTable(Begin, End):
                 elif last:
                     self._core.remove(f)
                 if own:
-                    f.busy = 0
-                    if self._core.waiting:
-                        self._idle.notify_all()
+                    self._core.unmark((f,))
         if not fast:
             self.end_general(p, n, t, owner, e, copy_back)
             return

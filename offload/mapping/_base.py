@@ -208,7 +208,7 @@ class TableState:
                     return None
                 pending = _pending(e)
                 if pending is None:
-                    e.busy += 1
+                    self._core.mark(e)
                     return e
             with pending:                         # being made or unmade: look again
                 pass
@@ -247,7 +247,7 @@ class TableState:
                 if pending is None:
                     for e in out:
                         if e is not None:
-                            e.busy += 1
+                            self._core.mark(e)
                     return out
             with pending:                         # being made or unmade: look again
                 pass
@@ -267,7 +267,7 @@ class TableState:
                     return None
                 out.append(e)
             for e in out:
-                e.busy += 1
+                self._core.mark(e)
         return out
 
     def wait_idle(self, p: int, n: int, timeout: float = 60.0) -> None:
@@ -288,10 +288,7 @@ class TableState:
 
     def release_busy(self, entries: Sequence[HostDataToTarget]) -> None:
         with self._lock:
-            for e in entries:
-                e.busy -= 1
-            if self._core.waiting:
-                self._idle.notify_all()
+            self._core.unmark(entries)
 
     # ---- omp_target_associate_ptr -------------------------------------------
     def associate(self, p: int, tgt: int, n: int, name: str = "associated") -> None:
@@ -304,7 +301,7 @@ class TableState:
                                    f"Not allowed to re-associate pointer 0x{p:x} ({n} bytes): "
                                    f"it is mapped to 0x{e.tgt_begin + p - e.hst_begin:x}")
             e = self._entry(p, n, tgt, name, None, owned=False)
-            e.dyn = INF
+            self._core.reference_forever(e)
             self._core.insert(e)
 
     def disassociate(self, p: int) -> None:

@@ -119,12 +119,8 @@ class Begin(Motion):
                 if pending is not None:
                     pass                          # being made or unmade: wait, look again
                 elif e is not None and (inside or t & _IMPLICIT):
-                    if t & _MEMBER:
-                        pass                      # its struct's mapping counts for it
-                    elif t & _HOLD:
-                        e.hold += 1
-                    else:
-                        e.dyn += 1
+                    if not t & _MEMBER:           # (its struct's mapping counts for it)
+                        self._core.reference(e, bool(t & _HOLD))
                     new = False
                 elif e is not None:
                     raise error([explicit_extension(p, n, e.hst_begin, e.size)], it,
@@ -137,10 +133,7 @@ class Begin(Motion):
                 else:
                     e = self._entry(p, n, 0, it.name, it.owner)
                     e.hst_base = it.base
-                    if t & _HOLD:
-                        e.hold = 1
-                    else:
-                        e.dyn = 1
+                    self._core.reference(e, bool(t & _HOLD))
                     e.ready = _held_lock()
                     _mine().add(id(e))
                     self._core.insert(e)
@@ -149,7 +142,7 @@ class Begin(Motion):
                         it.type = MapType(t & ~_MEMBER)
                 if pending is None and busy is not None:
                     assert e is not None
-                    e.busy += 1
+                    self._core.mark(e)
                     busy.append(e)
             if pending is not None:
                 with pending:           # its first copy, or its last copy back, is done

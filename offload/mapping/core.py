@@ -1,15 +1,16 @@
 """The table core: the one owner of a mapping table's entries (sorted, non-overlapping),
-its lock, the condition busy marks wait on and the `observed` flag every fewer-steps path
-reads. Every path (the general rules, the fewer-steps paths, the C ABI, regions) reaches
-the entries through these methods. This is the pure-Python twin of the compiled
-`TableCore` (offload/accel_c/table.c); OFFLOAD_ACCEL chooses, and the suite runs on both.
+their reference and busy counts, its lock, the condition busy marks wait on and the
+`observed` flag every fewer-steps path reads. Every path (the general rules, the
+fewer-steps paths, the C ABI, regions) finds, counts and marks entries through these
+methods. This is the pure-Python twin of the compiled `TableCore` (offload/accel_c/table.c
+and entry.c); OFFLOAD_ACCEL chooses, and the suite runs on both.
 """
 from __future__ import annotations
 
 import bisect
 from typing import Any
 
-from ..entries import HostDataToTarget
+from ..entries import INF, HostDataToTarget
 
 
 class TableCore:
@@ -89,3 +90,49 @@ class TableCore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    # ---- the counts: the one place they change (the table lock held) ------------------------
+    @staticmethod
+    def reference(e: HostDataToTarget, hold: bool = False) -> None:
+        """One more reference on `e`, hold or dynamic (an association's INF stays INF)."""
+        if hold:
+            e.hold += 1
+        elif e.dyn != INF:
+            e.dyn += 1
+
+    @staticmethod
+    def unreference(e: HostDataToTarget, hold: bool = False, delete: bool = False) -> bool:
+        """One reference fewer on `e`: a hold one, a dynamic one, or (delete) every dynamic
+        one; never below 0, INF stays. Whether `e` holds no reference now."""
+        if delete:
+            if e.dyn != INF:
+                e.dyn = 0
+        elif hold:
+            if e.hold > 0:
+                e.hold -= 1
+        elif 0 < e.dyn != INF:
+            e.dyn -= 1
+        return e.dyn + e.hold == 0
+
+    @staticmethod
+    def reference_forever(e: HostDataToTarget) -> None:
+        """An association's count (INF): never unmapped by the mapping rules."""
+        e.dyn = INF
+
+    @staticmethod
+    def mark(e: HostDataToTarget) -> None:
+        """`e` in use once more (its device memory stays until unmarked)."""
+        e.busy += 1
+
+    def unmark(self, entries: Any) -> None:
+        """Each of `entries` in use once less; threads waiting on idle are woken. A
+        RuntimeError for an entry not marked (a mark given back twice)."""
+        try:
+            for e in entries:
+                if e.busy <= 0:
+                    raise RuntimeError(f"TableCore.unmark: {e!r} is not marked in use (a mark "
+                                       f"given back twice)")
+                e.busy -= 1
+        finally:
+            if self.waiting:
+                self.idle.notify_all()

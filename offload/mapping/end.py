@@ -11,7 +11,7 @@ from ..diagnostics import (
     error,
     present_missing,
 )
-from ..entries import INF, HostDataToTarget
+from ..entries import HostDataToTarget
 from ..errors import OffloadError
 from ._base import (
     _ALWAYS,
@@ -104,7 +104,7 @@ class End(Motion):
                     left = excused.pop(id(e)) - own.count(e) - 1
                     if left:
                         excused[id(e)] = left
-                    e.busy -= 1
+                    self._core.unmark((e,))
                     self._hold(e)
                     held.append(e)
 
@@ -181,16 +181,9 @@ class End(Motion):
                                         "it was never mapped, or was unmapped already")
                         return
                     else:
-                        if t & _MEMBER:
-                            pass                           # its struct's mapping counts for it
-                        elif t & _DELETE:
-                            if e.dyn != INF:
-                                e.dyn = 0
-                        elif t & _HOLD:
-                            e.hold = max(0, e.hold - 1)
-                        elif e.dyn != INF:
-                            e.dyn = max(0, e.dyn - 1)
-                        last = e.dyn + e.hold == 0 and not t & _MEMBER
+                        # a member's struct mapping counts for it
+                        last = not t & _MEMBER and self._core.unreference(
+                            e, bool(t & _HOLD), bool(t & _DELETE))
                         if self.info & _I_EXISTS:           # LLVM's words for what happened
                             how = (" (update suppressed)" if t & _MEMBER else " (decremented)"
                                    if not last else " (reset, delayed deletion)"
@@ -198,7 +191,7 @@ class End(Motion):
                                    " (decremented, delayed deletion)")
                             self._say_exists(p, n, e, how, bool(t & _HOLD))
                         if last:                   # drained, held and taken out later;
-                            e.busy += 1            # marked meanwhile, so that no fewer-steps
+                            self._core.mark(e)     # marked meanwhile, so that no fewer-steps
                             dying.append(e)        # path frees it if it is mapped again
                             self._leavers[id(e)] = self._leavers.get(id(e), 0) + 1
                 else:

@@ -106,11 +106,8 @@ class Motion(TableState):
         if t & _MEMBER:
             return                                 # it took none
         with self._lock:
-            if t & _HOLD:
-                e.hold -= 1
-            else:
-                e.dyn -= 1
-            gone = e.total() == 0 and id(e) not in self._leavers   # else they take it out
+            gone = self._core.unreference(e, bool(t & _HOLD)) and id(e) not in self._leavers
+            # (a leaver takes it out)
             if gone:
                 self._core.remove(e)
         if gone:

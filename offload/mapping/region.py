@@ -27,20 +27,20 @@ from ..entries import HostDataToTarget
 class Region:
     """The entries one region maps and uses, and how to unmap them."""
 
-    __slots__ = ("table", "queue", "busy", "_unmap")
+    __slots__ = ("table", "queue", "marked", "_unmap")
 
     def __init__(self, table: Any, queue: Any = None):
         self.table = table
         self.queue = queue                   # the queue its copies go on (None: the table's)
         #: entries marked in use by this region (its own maps, and entries another
         #: construct mapped that it found and marked: `hold`)
-        self.busy: list[HostDataToTarget] = []
+        self.marked: list[HostDataToTarget] = []
         self._unmap: Callable[[bool], None] | None = None
 
     def hold(self, entries: Sequence[HostDataToTarget | None]) -> None:
         """Entries the caller found and marked in use already (None skipped): released
         with the region's own."""
-        self.busy += [e for e in entries if e is not None]
+        self.marked += [e for e in entries if e is not None]
 
     def map(self, items: list[MapItem]) -> list[int]:
         """target_data_begin of `items` on the region's queue, their entries marked in use;
@@ -48,9 +48,9 @@ class Region:
         self._first()
         got: list[HostDataToTarget] = []
         tgts = self.table.target_data_begin(items, self.queue, got)
-        self.busy += got
+        self.marked += got
         self._unmap = lambda copy_back: self.table.target_data_end(
-            items, self.queue, copy_back=copy_back, own=self.busy)
+            items, self.queue, copy_back=copy_back, own=self.marked)
         return tgts  # type: ignore[no-any-return]
 
     @staticmethod
@@ -88,8 +88,8 @@ class Region:
         self._first()
         got: list[HostDataToTarget] = []
         result = begin(got)
-        self.busy += got
-        self._unmap = lambda copy_back: end(result, copy_back, self.busy)
+        self.marked += got
+        self._unmap = lambda copy_back: end(result, copy_back, self.marked)
         return result
 
     def _first(self) -> None:
@@ -105,14 +105,14 @@ class Region:
 
     def keep(self) -> list[HostDataToTarget]:
         """The marks, handed to the caller (work still queued: released once it ran)."""
-        busy, self.busy = self.busy, []
-        return busy
+        marked, self.marked = self.marked, []
+        return marked
 
     def release(self) -> None:
         """Let go of every mark the region holds."""
-        busy, self.busy = self.busy, []
-        if busy:
-            self.table.release_busy(busy)
+        marked, self.marked = self.marked, []
+        if marked:
+            self.table.release_busy(marked)
 
     def __enter__(self) -> Region:
         return self

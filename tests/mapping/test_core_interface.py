@@ -88,8 +88,9 @@ addresses = st.integers(0, 40).map(lambda k: 0x1000 + 8 * k)
 
 
 class TwoCores(RuleBasedStateMachine):
-    """insert / remove / clear on both cores; every get and find compared, including
-    zero-length lookups between and inside entries with bases before their starts."""
+    """insert / remove / clear, references, unreferences, associations and marks on both
+    cores; every get, find, count and answer compared, including zero-length lookups between
+    and inside entries with bases before their starts."""
 
     def __init__(self):
         super().__init__()
@@ -122,6 +123,47 @@ class TwoCores(RuleBasedStateMachine):
         for core, made in zip(self.cores, self.made, strict=True):
             core.clear()
             made.clear()
+
+    # the counts: one reference, one unreference, marks in use
+    @precondition(lambda self: self.made[1])
+    @rule(k=st.integers(0, 100), hold=st.booleans())
+    def reference(self, k, hold):
+        for core, made in zip(self.cores, self.made, strict=True):
+            core.reference(made[k % len(made)], hold=hold)
+
+    @precondition(lambda self: self.made[1])
+    @rule(k=st.integers(0, 100), hold=st.booleans(), delete=st.booleans())
+    def unreference(self, k, hold, delete):
+        last = [core.unreference(made[k % len(made)], hold, delete=delete)
+                for core, made in zip(self.cores, self.made, strict=True)]
+        assert last[0] == last[1] and type(last[0]) is bool, last
+
+    @precondition(lambda self: self.made[1])
+    @rule(k=st.integers(0, 100))
+    def associate(self, k):
+        for core, made in zip(self.cores, self.made, strict=True):
+            core.reference_forever(made[k % len(made)])
+
+    @precondition(lambda self: self.made[1])
+    @rule(k=st.integers(0, 100), mark=st.booleans())
+    def mark_or_unmark(self, k, mark):
+        errors = []
+        for core, made in zip(self.cores, self.made, strict=True):
+            e = made[k % len(made)]
+            if mark:
+                core.mark(e)
+                continue
+            try:
+                core.unmark([e])
+            except RuntimeError as err:
+                errors.append(str(err).split(":")[0])
+        assert errors in ([], ["TableCore.unmark"] * 2), errors
+
+    @invariant()
+    def same_counts(self):
+        for a, b in zip(*self.made, strict=True):
+            assert (a.dyn, a.hold, a.busy) == (b.dyn, b.hold, b.busy), (a, b)
+            assert a.total() == b.total()
 
     @rule(p=st.integers(0x0f00, 0x1200), n=st.integers(0, 48))
     def look(self, p, n):
@@ -234,3 +276,49 @@ def test_the_data_operation_hooks_are_written_once():
             if re.search(r"\btracing\.(alloc|delete|submit|retrieve)\(", line):
                 found.append(f"{path.relative_to(ROOT)}:{n}")
     assert found and all(f.startswith("offload/mapping/memory.py:") for f in found), found
+
+
+@pytest.mark.parametrize("which", ["compiled", "twin"])
+def test_the_core_counts_as_llvm_counts(which):
+    """A reference count never falls below 0, an association's INF stays INF, `delete`
+    drops every dynamic reference but no hold one, and a mark given back twice is an error
+    that changes nothing (LLVM's HostDataToTargetTy: decRefCount, resetRefCount, INF)."""
+    tp = _compiled().TableCore if which == "compiled" else twin_core.TableCore
+    lock = _accel.load().Lock() if which == "compiled" else locks.Lock()
+    core = tp(lock, threading.Condition(lock))
+    e = core.entry_type(0x10, 8, 0, None, None)
+    assert core.unreference(e) is True and (e.dyn, e.hold) == (0, 0)
+    core.reference(e)
+    core.reference(e)
+    core.reference(e, hold=True)
+    assert (e.dyn, e.hold) == (2, 1)
+    assert core.unreference(e, delete=True) is False and (e.dyn, e.hold) == (0, 1)
+    assert core.unreference(e, True) is True and (e.dyn, e.hold) == (0, 0)
+    core.reference_forever(e)
+    core.reference(e)
+    assert core.unreference(e) is False and core.unreference(e, delete=True) is False
+    assert e.dyn == float("inf")
+    core.mark(e)
+    core.unmark([e])
+    with pytest.raises(RuntimeError, match="not marked in use"):
+        core.unmark([e])
+    assert e.busy == 0
+
+
+def test_counts_change_in_the_core_alone():
+    """One reference, one unreference: an entry's dyn, hold and busy counts are written by
+    the core's methods only (mapping/core.py; the compiled core's entry.c), never by a
+    mapping rule, a fewer-steps path or the C ABI."""
+    written = re.compile(r"(?<!\btls)\.(dyn|hold|busy)\s*(\+|-)?=(?!=)")  # (tls: a profile's)
+    found = []
+    for path in sorted(pathlib.Path(ROOT, "offload").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if written.search(line) and rel != "offload/entries.py":   # (its __init__)
+                found.append(f"{rel}:{n}")
+    assert found and all(f.startswith("offload/mapping/core.py:") for f in found), found
+    put = re.compile(r"\bput\([^,]+,\s*(DYN|HOLD|BUSY)\b")
+    c_found = [f"{path.name}:{n}"
+               for path in sorted(pathlib.Path(ROOT, "offload", "accel_c").glob("*.c"))
+               for n, line in enumerate(path.read_text().splitlines(), 1) if put.search(line)]
+    assert c_found and all(f.startswith("entry.c:") for f in c_found), c_found

@@ -62,7 +62,7 @@ def test_a_region_unmaps_and_lets_go_whatever_fails(fail):
     back = fail is None or fail in ("end", "release")
     assert table.calls == [("begin", 2), ("end", back, ["found", "e0", "e1"]),
                            ("release", ["found", "e0", "e1"])]
-    assert region.busy == []
+    assert region.marked == []
 
 
 def test_a_failed_map_releases_what_the_region_held_and_unmaps_nothing():
