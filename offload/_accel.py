@@ -150,12 +150,13 @@ def single_range_function(config: _config.Config, ndarray: type, not_single_rang
 def accelerate(table: Any, core: Any, dev: Any, kind: Any,
                begin_py: Callable[..., Any], end_py: Callable[..., Any],
                release_py: Callable[..., Any], update_py: Callable[..., Any]
-               ) -> tuple[Callable[..., Any] | None, ...] | None:
-    """(begin_single_range, end_single_range, update_single_range, present, release,
-    update_arrays) in C for `table`, whose state `core` (a compiled TableCore) owns, each
-    None where the Python method stays, or None for all. present/release: the first half
-    of a region on mapped data and release_busy for the entries it marked (target.py);
-    update_arrays: target_update of one whole array (api.py). The C calls fall back to
+               ) -> Any:
+    """The compiled core's `CompiledSteps` for `table` (begin_single_range,
+    end_single_range, update_single_range, present, launch_present, release,
+    update_arrays), whose state `core` (a compiled TableCore) owns: a field is None where
+    the Python method stays; None for all. present/launch_present/release: a region on
+    mapped data and release_busy for the entries it marked (target.py); update_arrays:
+    target_update of one whole array (api.py). The C calls fall back to
     `begin_py`, `end_py`, `update_py` (the Python methods) for what they do not take;
     `release_py` frees an entry whose last copy back ran unlocked.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
@@ -173,9 +174,9 @@ def accelerate(table: Any, core: Any, dev: Any, kind: Any,
     copier = dev.accel_copier()
     if not plain and copier is None:
         return None
-    begin, end, update, present, release, arrays = module.accelerate(
-        table, core, dev, plugin, kind, locks.Latch, begin_py, end_py, release_py,
-        update_py, LIMIT, plugin.staging_threshold, copier)
-    return (begin if plain else None, end if plain else None,
-            update if copier is not None else None, present, release,
-            arrays if copier is not None else None)
+    got = module.accelerate(table, core, dev, plugin, kind, locks.Latch, begin_py, end_py,
+                            release_py, update_py, LIMIT, plugin.staging_threshold, copier)
+    return module.CompiledSteps((
+        got.begin_single_range if plain else None, got.end_single_range if plain else None,
+        got.update_single_range if copier is not None else None, got.present,
+        got.launch_present, got.release, got.update_arrays if copier is not None else None))

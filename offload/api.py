@@ -213,7 +213,7 @@ def target_enter_data(*maps: Any, device: int | None = None,
     dev = _current().construct_device(device)
     single = _single_range_clause(maps, dev, nowait, depend)
     if single is not None and dev is not None:   # the common case, in fewer steps
-        dev.table.begin_single_range(*single)
+        dev.table.steps.begin_single_range(*single)
         return None
     items = map_items(maps, MapType.TO, "target_enter_data")
     return _construct(dev.table.target_data_begin if dev else None, items, dev, nowait,
@@ -241,7 +241,7 @@ def target_exit_data(*maps: Any, device: int | None = None,
     dev = _current().construct_device(device)
     single = _single_range_clause(maps, dev, nowait, depend)
     if single is not None and dev is not None:   # the common case, in fewer steps
-        dev.table.end_single_range(*single[:4])
+        dev.table.steps.end_single_range(*single[:4])
         return None
     items = map_items(maps, MapType.FROM, "target_exit_data")
     for it in items:
@@ -279,7 +279,7 @@ def target_update(to: Sequence[Any] = (), from_: Sequence[Any] = (),
     dev = _current().construct_device(device)
     if not nowait and not depend and stream is None:
         if dev is not None and not dev.table.observed:
-            arrays = dev.table.update_arrays
+            arrays = dev.table.steps.update_arrays
             if arrays is not None and arrays(to, from_):   # one whole array, one C call
                 return None
         motions = _whole_array_motions(to, from_)

@@ -340,21 +340,22 @@ def _target_on_present(k: GenericKernel, args: Sequence[Any], dev: Device,
     the kernel launched. False, with nothing done, when an array is not mapped (the
     general path maps it)."""
     table = dev.table
-    present = table.present
+    steps = table.steps
+    present = steps.present
     if present is not None and type(args) is tuple:
         gen = dev.generic
         if gen.accel_launches and not k.phases:
             spec = k.fast_launch.get((teams, threads, shared_mem)) or \
                 gen.accel_launch(k, teams, threads, shared_mem)
-            if spec is not None and present(args, spec) is True:
+            launch = steps.launch_present
+            if spec is not None and launch is not None and launch(args, spec):
                 return True                   # in C: marked, translated, launched
         found = present(args)                 # in C: marked, translated (or None)
         if found is not None:
-            kargs, busy = found
             try:
-                dev.generic.launch(k, kargs, teams, threads, None, shared_mem)
+                dev.generic.launch(k, found.kernel_args, teams, threads, None, shared_mem)
             finally:
-                table.release_present(busy)
+                steps.release_present(found.marked)
             return True
     spans = []
     for a in args:

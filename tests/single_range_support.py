@@ -36,7 +36,7 @@ def _counting(monkeypatch):
 def _accelerated() -> bool:
     """Whether tables on the host run begin_single_range/end_single_range in C here."""
     table = offload.runtime.current().device(0).table
-    return table.begin_single_range.__class__.__name__ == "Method"
+    return table.steps.begin_single_range.__class__.__name__ == "Method"
 
 
 def _scenario():

@@ -130,10 +130,13 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 
 /* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)
- * -> (begin_single_range, end_single_range, update_single_range, present, release,
- *     update_arrays) for one MappingTable, whose state `core` (a TableCore) owns. The
+ * -> CompiledSteps(begin_single_range, end_single_range, update_single_range, present,
+ *    launch_present, release, update_arrays) for one MappingTable, whose state `core` (a
+ *    TableCore) owns. The
  * device's lock, allocation records, pool and statistics are taken now: they must be
  * changed in place for the table's lifetime. */
+static PyTypeObject *CompiledStepsType;
+
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *table, *core, *dev, *plugin, *kind, *new_lock, *begin_py, *end_py, *release_py,
       *update_py, *stage, *copier;
@@ -229,15 +232,24 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *b = bound(a, (vectorcallfunc)Accel_begin), *e = bound(a, (vectorcallfunc)Accel_end);
   PyObject *u = bound(a, (vectorcallfunc)Accel_update);
   PyObject *pr = bound(a, (vectorcallfunc)Accel_present);
+  PyObject *lp = bound(a, (vectorcallfunc)Accel_launch_present);
   PyObject *rl = bound(a, (vectorcallfunc)Accel_release);
   PyObject *ua = bound(a, (vectorcallfunc)Accel_update_arrays);
   Py_DECREF(a);
-  if (!b || !e || !u || !pr || !rl || !ua) {
-    Py_XDECREF(b); Py_XDECREF(e); Py_XDECREF(u); Py_XDECREF(pr); Py_XDECREF(rl);
-    Py_XDECREF(ua);
-    return NULL;
+  PyObject *steps[] = {b, e, u, pr, lp, rl, ua};
+  int n = (int)(sizeof steps / sizeof *steps), missing = 0;
+  PyObject *r = NULL;
+  for (int i = 0; i < n; i++)
+    missing |= !steps[i];
+  if (!missing)
+    r = PyStructSequence_New(CompiledStepsType);
+  for (int i = 0; i < n; i++) {
+    if (r)
+      PyStructSequence_SetItem(r, i, steps[i]);
+    else
+      Py_XDECREF(steps[i]);
   }
-  return Py_BuildValue("(NNNNNN)", b, e, u, pr, rl, ua);
+  return r;
 bad_copier:
   PyErr_SetString(PyExc_ValueError, "offload accelerator: a copier is None, ('memcpy',) or "
                   "('cuda', ...)");
@@ -259,16 +271,38 @@ static PyMethodDef methods[] = {
      "None."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, "
-     "release_py, update_py, limit, stage, copier) -> (begin_single_range, end_single_range, update_single_range, "
-     "present, release, update_arrays) "
-     "for one MappingTable."},
+     "release_py, update_py, limit, stage, copier) -> CompiledSteps for one MappingTable."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_accel_c", NULL, -1, methods,
                                     NULL, NULL, NULL, NULL};
 
+static PyStructSequence_Field steps_fields[] = {
+    {"begin_single_range", "MappingTable.begin_single_range, in C"},
+    {"end_single_range", "MappingTable.end_single_range, in C"},
+    {"update_single_range", "MappingTable.update_single_range, in C"},
+    {"present", "present(args) -> PresentArgs or None: a region's arguments on mapped data"},
+    {"launch_present", "launch_present(args, spec) -> bool: and the kernel launched"},
+    {"release", "release(marked): MappingTable.release_busy, in C"},
+    {"update_arrays", "update_arrays(to, from_) -> True, or None: target_update of whole arrays"},
+    {NULL, NULL}};
+static PyStructSequence_Desc steps_desc = {
+    "offload._accel_c.CompiledSteps", "A table's steps in the compiled core (accelerate).",
+    steps_fields, 7};
+static PyStructSequence_Field present_fields[] = {
+    {"kernel_args", "the region's arguments, arrays as their device addresses"},
+    {"marked", "the entries marked in use for it (give them to release)"},
+    {NULL, NULL}};
+static PyStructSequence_Desc present_desc = {
+    "offload._accel_c.PresentArgs", "A region's arguments found on mapped data (present).",
+    present_fields, 2};
+
 PyMODINIT_FUNC PyInit__accel_c(void) {
   if (interface_setup() < 0)
+    return NULL;
+  if (!CompiledStepsType && !(CompiledStepsType = PyStructSequence_NewType(&steps_desc)))
+    return NULL;
+  if (!PresentArgsType && !(PresentArgsType = PyStructSequence_NewType(&present_desc)))
     return NULL;
   PyObject *fields = entry_fields(), *names = interface_names();
   if (!fields || !names || PyType_Ready(&AccelType) < 0 || PyType_Ready(&MethodType) < 0 ||
@@ -283,6 +317,8 @@ PyMODINIT_FUNC PyInit__accel_c(void) {
             PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
             PyModule_AddObjectRef(m, "TableCore", (PyObject *)&TableCoreType) < 0 ||
             PyModule_AddObjectRef(m, "HostDataToTarget", (PyObject *)&EntryType) < 0 ||
+            PyModule_AddObjectRef(m, "CompiledSteps", (PyObject *)CompiledStepsType) < 0 ||
+            PyModule_AddObjectRef(m, "PresentArgs", (PyObject *)PresentArgsType) < 0 ||
             PyModule_AddObjectRef(m, "ENTRY_FIELDS", fields) < 0 ||
             PyModule_AddObjectRef(m, "INTERFACE", names) < 0)) {
     Py_DECREF(m);

@@ -1,30 +1,24 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): a region's arguments on
- * mapped data (present) and release_busy (release). */
+ * mapped data (present, launch_present) and release_busy (release). */
 
-/* present(args) -> (kernel arguments, entries) or None: _target_on_present's first half
- * (see target.py). Each exact numpy array argument must be C-contiguous and share a byte
- * with a made mapping: that entry is marked in use (once per argument) and the argument
- * becomes its device address; exact ints and floats pass as they are. None, with
- * nothing marked, for anything else (the Python path decides). */
 static PyObject *release_list(Accel *a, PyObject *entries);
+static PyTypeObject *PresentArgsType;     /* PresentArgs(kernel_args, marked), made at start */
 
-static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
-                               PyObject *kwnames) {
-  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (kwnames || nargs < 1 || nargs > 2 || !PyTuple_Check(args[0]) || !ndarray_type) {
-    PyErr_SetString(PyExc_TypeError, "present(args: tuple, launch=None)");
-    return NULL;
-  }
-  PyObject *spec = nargs > 1 && args[1] != Py_None ? args[1] : NULL;
-  PyObject *given = args[0];
+/* The first half of _target_on_present (see target.py) over the tuple `given`: each exact
+ * numpy array argument must be C-contiguous and share a byte with a made mapping: that
+ * entry is marked in use (once per argument) and the argument becomes its device address;
+ * exact ints and floats pass as they are. 1 with *kargs_out and *marked_out (new lists); 0
+ * with nothing marked for anything else (the Python path decides); -1 with an exception. */
+static int mark_present(Accel *a, PyObject *given, PyObject **kargs_out,
+                        PyObject **marked_out) {
   Py_ssize_t count = PyTuple_GET_SIZE(given);
   if (a->core->observed)                         /* INFO bits or a listener */
-    Py_RETURN_NONE;
+    return 0;
   PyObject *kargs = PyList_New(count), *marked = PyList_New(0);
   if (!kargs || !marked) {
     Py_XDECREF(kargs);
     Py_XDECREF(marked);
-    return NULL;
+    return -1;
   }
   uintptr_t addr[64];
   Py_ssize_t size[64];
@@ -77,33 +71,71 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
     PyList_SET_ITEM(kargs, i, dev_addr);
   }
   give_table_lock(a);
-  if (spec) {                          /* and the launch, here: True once it ran */
-    int ran = launch_now(a, spec, kargs);
-    PyObject *typ = NULL, *err = NULL, *tb = NULL;
-    if (ran < 0)
-      PyErr_Fetch(&typ, &err, &tb);
-    PyObject *r = release_list(a, marked);
-    Py_DECREF(kargs);
-    Py_DECREF(marked);
-    if (ran < 0) {
-      Py_XDECREF(r);
-      PyErr_Clear();
-      PyErr_Restore(typ, err, tb);
-      return NULL;
-    }
-    if (!r)
-      return NULL;
-    Py_DECREF(r);
-    if (ran == 0)
-      Py_RETURN_NONE;                  /* released: the Python path launches */
-    Py_RETURN_TRUE;
-  }
-  return Py_BuildValue("(NN)", kargs, marked);
+  *kargs_out = kargs;
+  *marked_out = marked;
+  return 1;
 none:
   PyErr_Clear();
   Py_DECREF(kargs);
   Py_DECREF(marked);
-  Py_RETURN_NONE;
+  return 0;
+}
+
+/* present(args) -> PresentArgs(kernel_args, marked), the entries marked in use (given back
+ * by release), or None with nothing marked (mark_present). */
+static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 1 || !PyTuple_Check(args[0]) || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "present(args: tuple)");
+    return NULL;
+  }
+  PyObject *kargs, *marked;
+  int got = mark_present(a, args[0], &kargs, &marked);
+  if (got <= 0)
+    return got < 0 ? NULL : Py_NewRef(Py_None);
+  PyObject *r = PyStructSequence_New(PresentArgsType);
+  if (!r) {
+    Py_XDECREF(release_list(a, marked));          /* the marks given back, the error kept */
+    Py_DECREF(kargs);
+    Py_DECREF(marked);
+    return NULL;
+  }
+  PyStructSequence_SetItem(r, 0, kargs);
+  PyStructSequence_SetItem(r, 1, marked);
+  return r;
+}
+
+/* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a
+ * LaunchSpec) launched here on the arguments, its marks given back: True once it ran;
+ * False with nothing done (the Python path launches). */
+static PyObject *Accel_launch_present(Accel *a, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames) {
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || !PyTuple_Check(args[0]) ||
+      args[1] == Py_None || !ndarray_type) {
+    PyErr_SetString(PyExc_TypeError, "launch_present(args: tuple, spec: LaunchSpec)");
+    return NULL;
+  }
+  PyObject *kargs, *marked;
+  int got = mark_present(a, args[0], &kargs, &marked);
+  if (got <= 0)
+    return got < 0 ? NULL : Py_NewRef(Py_False);
+  int ran = launch_now(a, args[1], kargs);
+  PyObject *typ = NULL, *err = NULL, *tb = NULL;
+  if (ran < 0)
+    PyErr_Fetch(&typ, &err, &tb);
+  PyObject *r = release_list(a, marked);
+  Py_DECREF(kargs);
+  Py_DECREF(marked);
+  if (ran < 0) {
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(typ, err, tb);
+    return NULL;
+  }
+  if (!r)
+    return NULL;
+  Py_DECREF(r);
+  return Py_NewRef(ran ? Py_True : Py_False);    /* 0: released, the Python path launches */
 }
 
 /* release(entries): MappingTable.release_busy. */

@@ -63,11 +63,11 @@ def _run_single_section(kind: str, d: Any, one: tuple[int, int, int, int], loc: 
         return False
     try:
         if kind == "begin":
-            d.table.begin_single_range(begin, size, t, None)
+            d.table.steps.begin_single_range(begin, size, t, None)
         elif kind == "end":
-            d.table.end_single_range(begin, size, t, None)
+            d.table.steps.end_single_range(begin, size, t, None)
         else:
-            d.table.update_single_range(begin, size, t)
+            d.table.steps.update_single_range(begin, size, t)
     except OffloadError as exc:
         construct_failed(loc, exc)
     return True

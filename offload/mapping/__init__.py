@@ -22,9 +22,10 @@ from ..plugins.common import AllocKind, GenericPlugin
 from ._base import _FROM, _TO, _held_lock
 from .begin import Begin
 from .end import End
+from .steps import TableSteps, choose
 
 __all__ = ["INF", "HostDataToTarget", "MapClause", "MapItem", "MapType", "MappingTable",
-           "map_items"]
+           "TableSteps", "map_items"]
 
 
 class MappingTable(Begin, End):
@@ -32,25 +33,12 @@ class MappingTable(Begin, End):
 
     def __init__(self, plugin: GenericPlugin, device: int, number: int, info: Info):
         super().__init__(plugin, device, number, info)
-        fast = _accel.accelerate(self, self._core, self._dev, AllocKind.DEVICE,
-                                 MappingTable.begin_single_range, MappingTable.end_single_range,
-                                 MappingTable._release, MappingTable.update_single_range)
-        #: with the accelerator: a region's arguments on mapped data, marked in use, as
-        #: (device arguments, entries) or None; and release_busy for those entries
-        self.present: Callable[..., Any] | None = None
-        self.release_present: Callable[[list], Any] = self.release_busy
-        #: with the accelerator: target_update(to, from_) of one whole array, done (True),
-        #: or None when the lists hold anything else
-        self.update_arrays: Callable[[Any, Any], Any] | None = None
-        if fast is not None:
-            begin, end, update, present, release, arrays = fast
-            self.update_arrays = arrays
-            if begin is not None and end is not None:
-                self.begin_single_range, self.end_single_range = begin, end  # type: ignore[method-assign]
-            if update is not None:
-                self.update_single_range = update                 # type: ignore[method-assign]
-            if present is not None and release is not None:
-                self.present, self.release_present = present, release
+        #: the entry points of the common single-array steps: the compiled core's where
+        #: it takes them, else this table's methods (chosen once, here)
+        self.steps = choose(self, _accel.accelerate(
+            self, self._core, self._dev, AllocKind.DEVICE, MappingTable.begin_single_range,
+            MappingTable.end_single_range, MappingTable._release,
+            MappingTable.update_single_range))
         #: MapClause.single_range for the constructs on this table (in C with the accelerator)
         #: (a C program's library, numpy not imported: its constructs make no MapClause)
         python = MapClause.single_range

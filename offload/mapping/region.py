@@ -61,13 +61,14 @@ class Region:
         *args)` between the map and the unmap (no copy back when it raises); the entry's
         mark is let go by the unmap."""
         busy: list[HostDataToTarget] = []
-        tgt = table.begin_single_range(p, n, t, owner, read_only, busy)
+        steps = table.steps
+        tgt = steps.begin_single_range(p, n, t, owner, read_only, busy)
         try:
             launch(tgt, *args)
         except BaseException:
-            table.end_single_range(p, n, t, owner, busy[0], copy_back=False)
+            steps.end_single_range(p, n, t, owner, busy[0], copy_back=False)
             raise
-        table.end_single_range(p, n, t, owner, busy[0])
+        steps.end_single_range(p, n, t, owner, busy[0])
 
     @staticmethod
     def on_marked(table: Any, busy: list[HostDataToTarget], launch: Callable[..., Any],

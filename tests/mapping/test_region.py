@@ -24,6 +24,7 @@ class _Table:
         self.calls = []
         self.fail = fail
         self.marked = 0
+        self.steps = self                     # its single-range steps are its methods
 
     def _step(self, name, *args):
         self.calls.append((name, *args))

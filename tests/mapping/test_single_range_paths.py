@@ -198,3 +198,41 @@ def test_a_compiled_core_with_another_entry_layout_is_refused(runtime, monkeypat
     a = np.zeros(4)
     offload.target_enter_data(offload.to(a))
     offload.target_exit_data(offload.release(a))
+
+
+def test_a_tables_steps_are_chosen_once_and_no_method_is_replaced(runtime):
+    """The common single-array steps are a typed record (`table.steps`): the compiled
+    core's where it takes them, else the table's own methods; no method of the table is
+    shadowed on the instance (issue 26: no method replaced on an instance)."""
+    table = offload.runtime.current().device(0).table
+    shadowed = [name for name in vars(table) if callable(getattr(type(table), name, None))]
+    assert shadowed == []
+    steps = table.steps
+    assert steps._fields == ("begin_single_range", "end_single_range", "update_single_range",
+                             "present", "launch_present", "release_present", "update_arrays")
+    if _accelerated():
+        assert type(steps.begin_single_range).__name__ == "Method"
+    else:
+        assert steps.begin_single_range == table.begin_single_range
+        assert steps.present is None and steps.launch_present is None
+
+
+def test_a_region_on_mapped_data_gets_its_arguments_as_a_typed_record(runtime):
+    """present(args) -> PresentArgs(kernel_args, marked) or None, never a bare tuple; the
+    marks it makes are given back by release_present (LLVM's region on mapped data: the
+    entries stay while the kernel runs)."""
+    table = offload.runtime.current().device(0).table
+    present = table.steps.present
+    if present is None:
+        pytest.skip("no compiled core here: regions on mapped data take the Python path")
+    a = np.arange(8, dtype=np.int32)
+    assert present((a, 3)) is None                    # not mapped: nothing marked
+    with offload.target_data(offload.to(a)):
+        e = table.lookup(a.ctypes.data, a.nbytes)
+        found = present((a, 3, 2.5))
+        assert type(found).__name__ == "PresentArgs" and len(found) == 2
+        assert found.kernel_args == [e.tgt_begin, 3, 2.5] and found.marked == [e]
+        assert e.busy == 1
+        table.steps.release_present(found.marked)
+        assert e.busy == 0
+        assert present((a, object())) is None and e.busy == 0   # an object: Python decides
