@@ -140,3 +140,19 @@ def test_no_docstring_refers_to_a_file_outside_the_repository():
                 bad.append(f"{path.relative_to(ROOT)}: {word}")
     assert not bad, bad
     assert os.path.isfile(os.path.join(ROOT, "docs", "design.md"))
+
+
+def test_no_module_or_test_file_over_450_lines():
+    """Small modules with one idea each: every Python or C source of the package, its
+    tests (the simulator's parts included), scripts and benchmarks stays under 450 lines."""
+    long = []
+    for top in ("offload", "tests", "scripts", "bench", "examples"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith((".py", ".c", ".c.in", ".cpp")):
+                    path = os.path.join(folder, name)
+                    with open(path, encoding="utf-8") as f:
+                        lines = sum(1 for _ in f)
+                    if lines > 450:
+                        long.append(f"{os.path.relpath(path, ROOT)}: {lines} lines")
+    assert long == []
