@@ -90,8 +90,9 @@ class TableState:
         self._entry = core.entry_type
         #: INFO bits or a listener: the one table-level test of every fewer-steps path
         #: (Python's and the compiled core's), which tell no one. Set with the core's copy,
-        #: which the compiled paths read, by the `info` and `traced` setters alone.
-        self.observed = core.observed = bool(self._info) or self._traced
+        #: which the compiled paths read, by `_observe` alone.
+        self.observed = False
+        self._observe()
         # id(entry) -> threads that dropped its last reference and have not left it yet,
         # and those of them copying it back now (see _drain, _hold, _leave)
         self._leavers: dict[int, int] = {}
@@ -106,7 +107,7 @@ class TableState:
     @info.setter
     def info(self, bits: int) -> None:
         self._info = int(bits)
-        self.observed = self._core.observed = bool(self._info) or self._traced
+        self._observe()
 
     @property
     def traced(self) -> bool:
@@ -117,6 +118,10 @@ class TableState:
     @traced.setter
     def traced(self, yes: bool) -> None:
         self._traced = bool(yes)
+        self._observe()
+
+    def _observe(self) -> None:
+        """`observed` (and the core's copy) from the INFO bits and the listeners."""
         self.observed = self._core.observed = bool(self._info) or self._traced
 
     # ---- table ------------------------------------------------------------

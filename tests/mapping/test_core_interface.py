@@ -7,7 +7,6 @@ import os
 import pathlib
 import re
 import shutil
-import sys
 import threading
 
 import pytest
@@ -18,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import offload
 from offload import _accel, entries, locks
 from offload.mapping import core as twin_core
+from tests.scripts_support import check_layers as check_layers_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,15 +27,6 @@ def _compiled():
     if module is None:
         pytest.skip("the compiled core does not build here (no compiler or Python headers)")
     return module
-
-
-def _checker():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import check_layers
-    finally:
-        sys.path.pop(0)
-    return check_layers
 
 
 def _public(tp):
@@ -228,7 +219,7 @@ def test_every_declared_name_belongs_to_its_owner(runtime):
 
 
 def test_the_core_interface_check_passes_here_and_catches_each_fault(tmp_path, monkeypatch):
-    check = _checker()
+    check = check_layers_script()
     assert check.c_problems() == []
     assert not any(owner.startswith(check.MAPPING_OWNERS) for _, owner, _ in check.interface())
     plants = {
@@ -258,7 +249,7 @@ def test_the_core_interface_check_passes_here_and_catches_each_fault(tmp_path, m
 def test_no_core_source_reads_an_entry_or_the_table_by_name():
     """The entries and the table's state are the core's own C types: no field of
     HostDataToTarget and no attribute of the table appears as a name in the C."""
-    check = _checker()
+    check = check_layers_script()
     declared = {name for _, _, name in check.interface()}
     table_attrs = {"_by_start", "_starts", "_entries", "_lock", "_idle", "_waiting", "observed"}
     mapping_names = set(entries.HostDataToTarget.__slots__) | {"__slots__"}

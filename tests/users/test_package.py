@@ -11,6 +11,7 @@ import pytest
 
 import offload
 from offload import config
+from tests.scripts_support import check_layers as check_layers_script
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -62,20 +63,11 @@ def test_readme_tables_render():
             assert len(cells) in (2, 4), line
 
 
-def _layers():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import check_layers
-    finally:
-        sys.path.pop(0)
-    return check_layers
-
-
 def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check_layers.py")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout
-    check_layers = _layers()
+    check_layers = check_layers_script()
     bad = tmp_path / "pinned.py"
     bad.write_text("from .api import lock\n")
     assert "api" in check_layers.imports(bad, "pinned")
@@ -83,7 +75,7 @@ def test_the_layer_check_passes_and_catches_an_upward_import(tmp_path):
 
 
 def test_layers_are_whole_numbers_shown_by_the_folders():
-    check_layers = _layers()
+    check_layers = check_layers_script()
     layers = {check_layers.layer_of(check_layers.module_name(p))
               for p in check_layers.ROOT.rglob("*.py")}
     assert None not in layers and all(isinstance(n, int) for n in layers)
@@ -97,7 +89,7 @@ def test_layers_are_whole_numbers_shown_by_the_folders():
 def test_the_layer_check_reports_each_kind_of_problem(tmp_path, monkeypatch):
     """An upward import, a cycle within a layer, two front ends importing each other and a
     module in no layer are each named (a copy of the tree with one fault planted each)."""
-    check_layers = _layers()
+    check_layers = check_layers_script()
     plants = {
         "pinned.py": ("from .api import lock\n", "pinned (foundations, layer 0) imports api"),
         "errors.py": ("from .config import x\n", "import cycle within a layer"),
