@@ -165,11 +165,17 @@ static int count_of(PyObject *e, int i, long long *v, int *inf) {
   PyObject *o = F(e, i);
   if (inf)
     *inf = 0;
-  if (inf && o && PyFloat_Check(o) && isinf(PyFloat_AS_DOUBLE(o)) && PyFloat_AS_DOUBLE(o) > 0) {
+  if (o && PyLong_CheckExact(o)) {                 /* the common case first: a flag test */
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (!overflow && *v >= 0)
+      return 1;
+    PyErr_Clear();
+  } else if (inf && o && PyFloat_Check(o) && isinf(PyFloat_AS_DOUBLE(o)) &&
+             PyFloat_AS_DOUBLE(o) > 0) {
     *inf = 1;
     return 1;
-  }
-  if (o && PyLong_Check(o)) {
+  } else if (o && PyLong_Check(o)) {
     int overflow;
     *v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (!overflow && !(*v == -1 && PyErr_Occurred()) && *v >= 0)
