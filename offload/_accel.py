@@ -18,7 +18,6 @@ import importlib.util
 import os
 import sys
 import sysconfig
-import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -59,6 +58,7 @@ def _build() -> ModuleType | None:
     out = os.path.join(directory, f"accel-{key}.so")
     data = _read_own(out)
     if data is None:
+        import tempfile  # (here: not at a C program's start)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"accel-{key}.", suffix=".so.tmp")
         os.close(fd)
         try:

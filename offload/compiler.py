@@ -14,8 +14,6 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
-import tempfile
 
 from . import config as _config
 from .cache_dir import VARIABLE, cache_directory  # noqa: F401 - importers find it here too
@@ -25,6 +23,7 @@ from .image import PROTO_SECTION, Image, c_prototypes, format_prototype_table, l
 
 @functools.lru_cache(maxsize=16)
 def _identity(resolved: str, mtime_ns: int, size: int) -> str:
+    import subprocess  # (here and below: not at a C program's start)
     try:
         out = subprocess.run([resolved, "--version"], capture_output=True, text=True,
                              timeout=60)
@@ -64,6 +63,7 @@ def compiler_identity(cc: str) -> str:
 
 
 def _run(cmd: list[str], what: str, stdin: str | None = None) -> str:
+    import subprocess
     try:
         res = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
     except OSError as exc:
@@ -147,6 +147,7 @@ def compile_c(source: str, *, flags: tuple[str, ...] = ("-O2",), cc: str | None 
     out = os.path.join(directory, f"k-{key}.so")
     data = _read_own(out)
     if data is None:
+        import tempfile
         fd, src = tempfile.mkstemp(dir=directory, prefix=f"k-{key}.", suffix=".c")
         fdo, tmp = tempfile.mkstemp(dir=directory, prefix=f"k-{key}.", suffix=".so.tmp")
         os.close(fdo)

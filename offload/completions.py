@@ -4,12 +4,15 @@ events recorded after such work and, as each completes, runs what must follow it
 work on other queues waits for the event on the device."""
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import locks
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 __all__ = ["Watcher"]
 
@@ -28,6 +31,7 @@ class Watcher:
 
     def watch(self, query: Callable[[], bool], finish: Callable[[], None]
               ) -> concurrent.futures.Future:
+        import concurrent.futures  # (here: not at a C program's start)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cv:
             self._pending.append((query, fut, finish))

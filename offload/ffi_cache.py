@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 from typing import Any
 
 import _cffi_backend
@@ -66,6 +65,8 @@ def ffi_for(name: str, cdef: str) -> Any:
 
 
 def _write(module: str, cdef: str, directory: str, path: str) -> None:
+    import tempfile  # (here: not at a C program's start)
+
     import cffi
     from cffi.recompiler import make_py_source  # emit_python_code, without its print
     os.makedirs(directory, exist_ok=True)

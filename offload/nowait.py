@@ -2,18 +2,20 @@
 `depend=` (a construct runs after the handles it names; a failed one fails it, named)."""
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import locks
 from .completions import Watcher
 from .device import Device
 from .errors import ErrorCode, OffloadError
 from .interrupts import finalizer
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 _WORKER_PREFIX = "offload-nowait"
 
@@ -111,7 +113,8 @@ class NowaitPool:
             deps = check_depend(depend)
             fn, args = _after, (deps, fn, args)
         with self._lock:
-            if self._pool is None:
+            if self._pool is None:        # (imported here: not at a C program's start)
+                import concurrent.futures
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self._workers, thread_name_prefix=_WORKER_PREFIX)
             thread = threading.get_ident()

@@ -14,7 +14,6 @@ for while profiling.
 With no profile each hook costs one global lookup."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -221,6 +220,7 @@ class Profile:
         data = self.trace()
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
+            import json  # (not at a C program's start)
             json.dump(data, f)
         os.replace(tmp, self.path)
 

@@ -4,15 +4,10 @@ the same runtime as the Python API and see the mappings made from Python."""
 from __future__ import annotations
 
 import ctypes
-import glob
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from typing import Any
-
-import cffi
 
 from .. import config as _config
 from .. import locks, runtime
@@ -40,6 +35,7 @@ _runtime_loaded: list[str] = []
 
 def _llvm_libdir(clang: str) -> str:
     """Where clang-19 keeps libomp.so.5 (Debian: /usr/lib/llvm-19/lib)."""
+    import subprocess  # (here and below: not at a C program's start)
     out = subprocess.run([clang, "-print-file-name=libomp.so.5"], capture_output=True,
                          text=True).stdout.strip()
     if not os.path.isabs(out) or not os.path.exists(out):
@@ -66,6 +62,7 @@ class OpenMPModule:
     pointers (checked against the prototype's pointee type), scalars by value."""
 
     def __init__(self, path: str, protos: dict[str, str]):
+        import cffi
         self.path = path
         self._ffi = cffi.FFI()
         self._params: dict[str, list] = {}
@@ -101,6 +98,7 @@ class OpenMPModule:
 def _cuda_targets(llvm_lib: str) -> tuple[list[str], dict[str, str]]:
     """With a CUDA device and a CUDA toolkit: the flags that add its nvptx image (and the
     environment that finds LLVM's device runtime); else nothing."""
+    import glob
     m = current().manager
     arch = next((p.architecture(0) for p in m.plugins if p.omp_image_kind == "nvptx"
                  and p.number_of_devices()), None)
@@ -155,6 +153,8 @@ def compile_openmp(source: str, *, flags: tuple[str, ...] = ("-O2",),
                          .encode()).hexdigest()[:40]
     out = os.path.join(directory, f"omp-{key}.so")
     if not os.path.isfile(out):
+        import subprocess
+        import tempfile
         fd, src = tempfile.mkstemp(dir=directory, prefix=f"omp-{key}.", suffix=".c")
         tmp = out + f".{os.getpid()}.tmp"
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import platform
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -43,11 +42,11 @@ from .common import (
 )
 from .host_queue import HostEvent, HostQueue
 
-# platform.machine() -> the e_machine of images this host runs
+# os.uname().machine -> the e_machine of images this host runs
 _MACHINES = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64",
              "arm64": "EM_AARCH64", "ppc64le": "EM_PPC64", "riscv64": "EM_RISCV",
              "s390x": "EM_S390"}
-HOST_MACHINE = _MACHINES.get(platform.machine().lower(), "EM_" + platform.machine().upper())
+HOST_MACHINE = _MACHINES.get(os.uname().machine.lower(), "EM_" + os.uname().machine.upper())
 
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
@@ -314,7 +313,7 @@ class HostDevice(GenericDevice):
         return teams if teams > 0 else 1, threads if threads > 0 else 1, "Generic"
 
     def _info_impl(self) -> dict:
-        return {"name": f"host CPU ({platform.machine()})", "kind": "host",
+        return {"name": f"host CPU ({os.uname().machine})", "kind": "host",
                 "machine": HOST_MACHINE, "cores": os.cpu_count(), "page size": PAGE}
 
 

@@ -8,7 +8,6 @@ before it), and with save-output `<kernel>.original.output` after it; while repl
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -98,6 +97,7 @@ class Arena:
                     "BumpAllocVAStart": self.start,
                     "ArgPtrs": [a - (1 << 64) if a >= 1 << 63 else a for a in args],
                     "ArgOffsets": [0] * len(args)}
+            import json  # (not at a C program's start)
             _write_file(f"{name}.json", json.dumps(desc).encode())
         if self.save_output:
             self.snapshot(f"{name}.original.output" if self.recording

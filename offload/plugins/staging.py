@@ -1,15 +1,23 @@
 """Copies of unpinned host memory through a device's own pinned staging buffers."""
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import os
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import locks
 from .._lazy import numpy as np
 from ._libc import memmove
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+
+def _futures() -> Any:
+    """concurrent.futures, imported on the first staged copy (not at a C program's start)."""
+    import concurrent.futures
+    return concurrent.futures
 
 Lane = tuple[int, Any]          # a pinned buffer's address, and the queue that drains it
 
@@ -189,11 +197,11 @@ class Staging:
                 return
             with self._lock:
                 if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self._pool = _futures().ThreadPoolExecutor(
                         self.lanes // 2, thread_name_prefix="offload-staging")
                 pool = self._pool
             futures = [pool.submit(work, w) for w in range(workers)]
-            concurrent.futures.wait(futures)       # all done before the lanes go back
+            _futures().wait(futures)               # all done before the lanes go back
             for f in futures:
                 f.result()
         except BaseException:
@@ -214,7 +222,7 @@ def _wait_uninterruptibly(futures: list[concurrent.futures.Future]) -> None:
     """Wait for every future, even through further Ctrl-Cs."""
     while True:
         try:
-            concurrent.futures.wait(futures)
+            _futures().wait(futures)
             return
         except BaseException:                       # noqa: BLE001 - keep waiting
             continue

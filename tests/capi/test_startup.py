@@ -15,7 +15,8 @@ from tests.capi_support import LLVM_LIB, built, ours, run  # noqa: F401 - fixtur
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NOT_AT_START = ("numpy", "pycparser", "importlib.metadata", "elftools", "offload.capi.build",
-                "site")
+                "site", "concurrent.futures", "logging", "subprocess", "tempfile", "json",
+                "platform", "glob")
 
 
 def _imported(stderr: str) -> set[str]:

@@ -214,7 +214,9 @@ def test_a_tables_steps_are_chosen_once_and_no_method_is_replaced(runtime):
         assert type(steps.begin_single_range).__name__ == "Method"
     else:
         assert steps.begin_single_range == table.begin_single_range
+    if _accel.load() is None or not table.plugin.config.accel:
         assert steps.present is None and steps.launch_present is None
+    assert (steps.present is None) == (steps.launch_present is None)
 
 
 def test_a_region_on_mapped_data_gets_its_arguments_as_a_typed_record(runtime):
