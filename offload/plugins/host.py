@@ -42,11 +42,12 @@ from .common import (
 )
 from .host_queue import HostEvent, HostQueue
 
-# os.uname().machine -> the e_machine of images this host runs
+# the machine's name (uname -m) -> the e_machine of images this host runs
 _MACHINES = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64",
              "arm64": "EM_AARCH64", "ppc64le": "EM_PPC64", "riscv64": "EM_RISCV",
              "s390x": "EM_S390"}
-HOST_MACHINE = _MACHINES.get(os.uname().machine.lower(), "EM_" + os.uname().machine.upper())
+_ARCH = os.uname().machine
+HOST_MACHINE = _MACHINES.get(_ARCH.lower(), "EM_" + _ARCH.upper())
 
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
@@ -313,7 +314,7 @@ class HostDevice(GenericDevice):
         return teams if teams > 0 else 1, threads if threads > 0 else 1, "Generic"
 
     def _info_impl(self) -> dict:
-        return {"name": f"host CPU ({os.uname().machine})", "kind": "host",
+        return {"name": f"host CPU ({_ARCH})", "kind": "host",
                 "machine": HOST_MACHINE, "cores": os.cpu_count(), "page size": PAGE}
 
 
