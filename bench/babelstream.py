@@ -5,6 +5,12 @@ with LLVM 19's launch geometry (teams capped at 3200) and with
 LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT=false (one thread per element: what offload
 launched before it followed LLVM 19).
 
+Two more measurements say where a gap comes from: the CUDA model rebuilt with
+UNROLL_FACTOR=1 (one element per thread and no unrolling: the shape of clang-19's
+kernels, one load in flight per thread), and the cost of one construct, the best time of
+each kernel at 1,024 elements (launch, the `update from(a[0:0])` BabelStream adds, and
+the wait), against the CUDA model's launch and wait.
+
 `--build BABELSTREAM_SRC DIR` (on a machine with clang-19; BABELSTREAM_SRC a checkout)
 builds DIR/omp-stream and copies the sources to DIR/src. On the GPU machine:
 `python bench/babelstream.py DIR` (libomp.so.5 in DIR) builds DIR/cuda-stream there with
@@ -50,24 +56,27 @@ def build(src: str, out_dir: str) -> None:
         shutil.copy(libomp, out_dir)
 
 
-def build_cuda(d: str) -> None:
+def build_cuda(d: str, name: str = "cuda-stream", unroll: int = 4) -> None:
     """BabelStream's CUDA model, built with nvcc where the GPU is (NVML linked)."""
     s = os.path.join(d, "src")
     nvcc = shutil.which("nvcc") or os.path.join(_cuda_home(), "bin", "nvcc")
     subprocess.run([nvcc, "-O3", "-std=c++17", "-arch=sm_90", "--extended-lambda", "-DCUDA",
-                    "-DGRID_STRIDE", f"-I{s}",
+                    "-DGRID_STRIDE", f"-DUNROLL_FACTOR={unroll}", f"-I{s}",
                     f"-I{s}/cuda", f"{s}/main.cpp", f"{s}/cuda/CUDAStream.cu", "-lnvidia-ml",
-                    "-o", os.path.join(d, "cuda-stream")], check=True)
+                    "-o", os.path.join(d, name)], check=True)
 
 
-def run(exe: str, size: int, times: int, env: dict[str, str]) -> dict[str, float]:
+def run(exe: str, size: int, times: int, env: dict[str, str],
+        col: str = "max_") -> dict[str, float]:
     """MB/s of each kernel (BabelStream's --csv, whatever its unit: the best of `times`
-    runs)."""
+    runs); with col="min_runtime", the best time of each in seconds."""
     res = subprocess.run([exe, "-s", str(size), "-n", str(times), "--csv"],
                          capture_output=True, text=True, env=env, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"{exe} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     rows = csv.DictReader(io.StringIO(res.stdout[res.stdout.index("function"):]))
+    if col == "min_runtime":
+        return {r["function"]: float(r[col]) for r in rows}
     col = next(c for c in rows.fieldnames or () if c.startswith("max_") and c.endswith("_per_sec"))
     return {r["function"]: float(r[col]) * _SCALE[col[4:-8]] for r in rows}
 
@@ -86,6 +95,8 @@ def main() -> None:
     d = os.path.abspath(args.dir)
     if not os.path.exists(os.path.join(d, "cuda-stream")):
         build_cuda(d)
+    if not os.path.exists(os.path.join(d, "cuda-stream-1")):
+        build_cuda(d, "cuda-stream-1", unroll=1)
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
     omp_env = dict(base, LD_LIBRARY_PATH=f"{libdir()}:{d}")
@@ -93,12 +104,22 @@ def main() -> None:
     llvm = run(os.path.join(d, "omp-stream"), args.size, args.times, omp_env)
     flat = run(os.path.join(d, "omp-stream"), args.size, args.times,
                dict(omp_env, LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT="false"))
+    one = run(os.path.join(d, "cuda-stream-1"), args.size, args.times, base)
     rows = [(k, f"{cuda[k]:.0f}", f"{llvm[k]:.0f}", f"{llvm[k] / cuda[k]:.2f}x",
-             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x") for k in KERNELS]
+             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x")
+            for k in KERNELS]
+    small = 1024
+    c_us = run(os.path.join(d, "cuda-stream"), small, 200, base, "min_runtime")
+    o_us = run(os.path.join(d, "omp-stream"), small, 200, omp_env, "min_runtime")
+    costs = [(k, f"{c_us[k] * 1e6:.1f}", f"{o_us[k] * 1e6:.1f}", f"{o_us[k] / c_us[k]:.2f}x")
+             for k in KERNELS]
     print(f"offload bench/babelstream.py: {args.size} doubles per array, best of "
           f"{args.times}; host {machine()}")
     print(table(rows, ("kernel", "CUDA MB/s", "OpenMP on offload, LLVM 19 grid", "ratio",
-                       "one thread per element", "ratio")))
+                       "one thread per element", "ratio", "CUDA unroll 1 ratio")))
+    print(f"\none construct at {small} doubles (best of 200), us")
+    print(table(costs, ("kernel", "CUDA launch+wait", "OpenMP construct on offload",
+                        "ratio (goal <= 2x)")))
     print(plot(os.path.join(os.environ.get("OUT", HERE), "babelstream.png"),
                "BabelStream on one H200: OpenMP (clang-19) on offload vs CUDA", KERNELS,
                {"CUDA": [cuda[k] for k in KERNELS],

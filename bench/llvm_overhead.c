@@ -36,7 +36,7 @@ static void measure(const char *name, void (*op)(void)) {
   printf("%s %.9e\n", name, times[3]);
 }
 
-static int small[1000], big[1000000];
+static int small[1000], big[1000000], second[1000], third[1000];
 
 static void empty_region(void) {
 #pragma omp target
@@ -63,6 +63,12 @@ static void present_region(void) {
   { small[0] += 1; }
 }
 
+static void pointers_region(void) {   // BabelStream's shape: pointers into mapped data
+  int *a = small, *b = second, *c = third;
+#pragma omp target
+  { c[0] = a[0] + b[0]; }
+}
+
 static void update_to(void) {
 #pragma omp target update to(small[0:1000])
 }
@@ -83,7 +89,9 @@ int main(void) {
 #pragma omp target enter data map(to: small[0:1000])
   measure("target update to 1000 ints", update_to);
   measure("target on mapped 1000 ints", present_region);
-#pragma omp target exit data map(release: small[0:1000])
+#pragma omp target enter data map(to: second[0:1000], third[0:1000])
+  measure("target, 3 pointers into mapped data", pointers_region);
+#pragma omp target exit data map(release: small[0:1000], second[0:1000], third[0:1000])
   measure("lock+unlock 4000 bytes", lock_unlock);
   return small[0] == 0;
 }

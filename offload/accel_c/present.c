@@ -2,7 +2,41 @@
  * mapped data (present, launch_present) and release_busy (release). */
 
 static PyObject *release_list(Accel *a, PyObject *entries);
+static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked);
 static PyTypeObject *PresentArgsType;     /* PresentArgs(kernel_args, marked), made at start */
+
+/* Under the table lock: the made entry holding [p, p+n) (`inside`; else sharing a byte
+ * with it) marked in use and appended to `marked`, *dev the device address of p: 1; 0
+ * (error cleared) with nothing marked when there is none. */
+static int mark_entry(Accel *a, uintptr_t p, uintptr_t n, int inside_only, PyObject *marked,
+                      uintptr_t *dev) {
+  uintptr_t begin, tgt;
+  int inside;
+  PyObject *e = core_find(a->core, p, n, &inside);
+  if (!e || (inside_only && !inside) || !IS_ENTRY(e) || !made(F(e, READY)) ||
+      !as_addr(F(e, HST_BEGIN), &begin) || !as_addr(F(e, TGT_BEGIN), &tgt) ||
+      PyList_Append(marked, e) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (entry_mark(e) < 0) {
+    PyList_SetSlice(marked, PyList_GET_SIZE(marked) - 1, PyList_GET_SIZE(marked), NULL);
+    PyErr_Clear();
+    return 0;
+  }
+  *dev = tgt + (p - begin);
+  return 1;
+}
+
+/* Under the table lock: every mark in `marked` given back (waiters woken), errors
+ * cleared: the undo of mark_entry. */
+static void unmark_all(Accel *a, PyObject *marked) {
+  for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++)
+    entry_unmark(PyList_GET_ITEM(marked, m));
+  if (PyList_GET_SIZE(marked))
+    core_wake(a->core);
+  PyErr_Clear();
+}
 
 /* The first half of _target_on_present (see target.py) over the tuple `given`: each exact
  * numpy array argument must be C-contiguous and share a byte with a made mapping: that
@@ -44,27 +78,11 @@ static int mark_present(Accel *a, PyObject *given, PyObject **kargs_out,
   for (Py_ssize_t i = 0; i < count; i++) {
     if (PyList_GET_ITEM(kargs, i))
       continue;
-    uintptr_t p = addr[i], begin, tgt;
-    Py_ssize_t n = size[i] > 0 ? size[i] : 1;
-    int inside;
-    PyObject *e = core_find(a->core, p, (uintptr_t)n, &inside);   /* sharing a byte */
+    uintptr_t dev;
     PyObject *dev_addr = NULL;
-    int ok = e && IS_ENTRY(e) && made(F(e, READY)) && as_addr(F(e, HST_BEGIN), &begin) &&
-             as_addr(F(e, TGT_BEGIN), &tgt) &&
-             (dev_addr = PyLong_FromUnsignedLongLong((unsigned long long)(tgt + (p - begin)))) &&
-             PyList_Append(marked, e) == 0;
-    if (ok && entry_mark(e) < 0) {
-      PyList_SetSlice(marked, PyList_GET_SIZE(marked) - 1, PyList_GET_SIZE(marked), NULL);
-      ok = 0;
-    }
-    if (!ok) {
-      Py_XDECREF(dev_addr);
-      PyErr_Clear();
-      for (Py_ssize_t m = 0; m < PyList_GET_SIZE(marked); m++)     /* undo */
-        entry_unmark(PyList_GET_ITEM(marked, m));
-      if (PyList_GET_SIZE(marked))
-        core_wake(a->core);
-      PyErr_Clear();
+    if (!mark_entry(a, addr[i], (uintptr_t)(size[i] > 0 ? size[i] : 1), 0, marked, &dev) ||
+        !(dev_addr = PyLong_FromUnsignedLongLong((unsigned long long)dev))) {
+      unmark_all(a, marked);
       give_table_lock(a);
       goto none;
     }
@@ -93,6 +111,11 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   int got = mark_present(a, args[0], &kargs, &marked);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
+  return present_args(a, kargs, marked);
+}
+
+/* PresentArgs(kargs, marked), both references taken; NULL with the marks given back. */
+static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
   PyObject *r = PyStructSequence_New(PresentArgsType);
   if (!r) {
     Py_XDECREF(release_list(a, marked));          /* the marks given back, the error kept */
@@ -103,6 +126,90 @@ static PyObject *Accel_present(Accel *a, PyObject *const *args, size_t nargsf,
   PyStructSequence_SetItem(r, 0, kargs);
   PyStructSequence_SetItem(r, 1, marked);
   return r;
+}
+
+/* The map-type bits of a component present_map takes (LLVM 19's omptarget.h): TO, FROM,
+ * TARGET_PARAM, LITERAL, IMPLICIT, CLOSE, PRESENT, OMPX_HOLD. Anything else (ALWAYS,
+ * DELETE, PTR_AND_OBJ, RETURN_PARAM, PRIVATE, NON_CONTIG, MEMBER_OF) copies, attaches or
+ * allocates: the general rules. */
+#define MAP_LITERAL 0x100ULL
+#define MAP_TARGET_PARAM 0x20ULL
+#define MAP_TAKEN (0x1ULL | 0x2ULL | MAP_TARGET_PARAM | MAP_LITERAL | 0x200ULL | 0x400ULL | \
+                   0x1000ULL | 0x2000ULL)
+#define MAP_MAX 64
+
+/* present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or None: a kernel
+ * region of the C ABI (LLVM 19's map arrays, by address; mappers 0 for none) whose every
+ * component is a literal or lies inside a made mapping, with no bit that copies or
+ * allocates (MAP_TAKEN) and no mapper: each mapping marked in use (once per component),
+ * the kernel's arguments (TARGET_PARAM components, in order) a literal's value or the
+ * device address of its base. Nothing is copied: a present mapping's counts go back where
+ * they were when the region ends, so LLVM 19 copies nothing either. None, with nothing
+ * marked, for any other list or an observed table (the general rules decide). */
+static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+  unsigned long long at[5];
+  Py_ssize_t n = -1;
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 6 ||
+      ((n = PyLong_AsSsize_t(args[0])) == -1 && PyErr_Occurred()))
+    goto usage;
+  for (int i = 0; i < 5; i++)
+    if ((at[i] = PyLong_AsUnsignedLongLong(args[i + 1])) == (unsigned long long)-1 &&
+        PyErr_Occurred())
+      goto usage;
+  void *const *bases = (void *const *)(uintptr_t)at[0];
+  void *const *begins = (void *const *)(uintptr_t)at[1];
+  const int64_t *sizes = (const int64_t *)(uintptr_t)at[2];
+  const int64_t *types = (const int64_t *)(uintptr_t)at[3];
+  void *const *mappers = (void *const *)(uintptr_t)at[4];
+  if (n < 0 || n > MAP_MAX || (n && (!bases || !begins || !sizes || !types)) ||
+      a->core->observed)
+    Py_RETURN_NONE;
+  for (Py_ssize_t i = 0; i < n; i++) {               /* outside the lock: the rule */
+    uint64_t t = (uint64_t)types[i];
+    if ((mappers && mappers[i]) || (t & ~MAP_TAKEN) || (!(t & MAP_LITERAL) && sizes[i] < 0))
+      Py_RETURN_NONE;
+  }
+  PyObject *kargs = PyList_New(0), *marked = PyList_New(0);
+  if (!kargs || !marked)
+    goto fail;
+  if (!try_table_lock(a)) {
+    Py_DECREF(kargs);
+    Py_DECREF(marked);
+    Py_RETURN_NONE;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    uint64_t t = (uint64_t)types[i];
+    uintptr_t base = (uintptr_t)bases[i], p = (uintptr_t)begins[i], dev = 0;
+    if (!(t & MAP_LITERAL) && !mark_entry(a, p, (uintptr_t)sizes[i], 1, marked, &dev)) {
+      unmark_all(a, marked);
+      give_table_lock(a);
+      Py_DECREF(kargs);
+      Py_DECREF(marked);
+      Py_RETURN_NONE;
+    }
+    if (!(t & MAP_TARGET_PARAM))
+      continue;
+    PyObject *v = PyLong_FromUnsignedLongLong(
+        (unsigned long long)((t & MAP_LITERAL) ? base : dev - (p - base)));
+    if (!v || PyList_Append(kargs, v) < 0) {
+      Py_XDECREF(v);
+      unmark_all(a, marked);
+      give_table_lock(a);
+      goto fail;
+    }
+    Py_DECREF(v);
+  }
+  give_table_lock(a);
+  return present_args(a, kargs, marked);
+usage:
+  PyErr_SetString(PyExc_TypeError, "present_map(n, bases, begins, sizes, types, mappers): "
+                  "a count and five addresses");
+  return NULL;
+fail:
+  Py_XDECREF(kargs);
+  Py_XDECREF(marked);
+  return NULL;
 }
 
 /* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a

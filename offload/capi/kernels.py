@@ -148,6 +148,15 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         return OFFLOAD_FAIL                   # the host fallback runs the region
     k = _cast(_T_KARGS, kargs)
     n = k.NumArgs
+    try:
+        if n and _on_present(d, addr(host_ptr), n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes,
+                             k.ArgTypes, k.ArgMappers, num_teams, thread_limit,
+                             int(k.Tripcount)):
+            dump_tables(d, loc)
+            return OFFLOAD_SUCCESS
+    except OffloadError as exc:
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
     args = maps.decode(n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes, k.ArgNames,
                        k.ArgMappers) if n else _EMPTY
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
@@ -166,6 +175,27 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
+
+
+def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes: Any,
+                types: Any, mappers: Any, teams: int, threads: int, tripcount: int) -> bool:
+    """A region whose map list lies on mapped data (the compiled core's present_map: no
+    mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
+    one step; False with nothing done (the general rules map the list). Not while OMPT
+    listens (its data callbacks come from the general rules)."""
+    present_map = dev.table.steps.present_map
+    if present_map is None or ompt.listening:
+        return False
+    fn, name = _kernel(dev, host_ptr)
+    found = present_map(n, addr(bases), addr(begins), addr(sizes), addr(types),
+                        0 if mappers is None else addr(mappers))
+    if found is None:
+        return False
+    try:
+        _run_kernel(dev, fn, name, found.kernel_args, teams, threads, tripcount)
+    finally:
+        dev.table.steps.release_present(found.marked)
+    return True
 
 
 def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,
@@ -248,6 +278,13 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
     counts = getattr(_pushed, "counts", None)          # used up by this launch
     tripcount = counts.pop(device_number(dev), 0) if counts else 0
     if d is None:
+        return OFFLOAD_FAIL
+    try:
+        if n and _on_present(d, addr(host_ptr), n, bases, begins, sizes, types, mappers,
+                             teams, threads, tripcount):
+            return OFFLOAD_SUCCESS
+    except OffloadError as exc:
+        construct_failed(None, exc, target=True)
         return OFFLOAD_FAIL
     args = maps.decode(n, bases, begins, sizes, types, names, mappers)
     try:

@@ -24,6 +24,10 @@ class TableSteps(NamedTuple):
     #: target_update of whole arrays: True when done, None when the lists hold anything
     #: else; None without the compiled core's copier
     update_arrays: Callable[[Any, Any], Any] | None
+    #: a C-ABI kernel region on mapped data: `present_map(n, bases, begins, sizes, types,
+    #: mappers)` (addresses) -> PresentArgs or None, as `present`; None without the
+    #: compiled core (the general rules map the list)
+    present_map: Callable[..., Any] | None
 
 
 def choose(table: Any, compiled: Any) -> TableSteps:
@@ -37,4 +41,5 @@ def choose(table: Any, compiled: Any) -> TableSteps:
         pick("end_single_range", table.end_single_range),
         pick("update_single_range", table.update_single_range),
         pick("present", None), pick("launch_present", None),
-        pick("release", table.release_busy), pick("update_arrays", None))
+        pick("release", table.release_busy), pick("update_arrays", None),
+        pick("present_map", None))

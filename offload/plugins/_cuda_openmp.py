@@ -24,6 +24,7 @@ WARP = 32
 DEFAULT_THREADS = 128              # LLVM's GV_Default_WG_Size for NVPTX
 DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
+_GRIDS = 4096                      # geometries kept per device (then forgotten, all)
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
 
@@ -58,6 +59,9 @@ class _DeviceState:
     launch_env: int | None = None
     envs: dict[tuple[int, str], KernelEnvironment] = field(default_factory=dict)
     indirect: dict[int, dict[int, int]] = field(default_factory=dict)
+    #: (module, kernel, num_teams, thread_limit, trip count) -> (blocks, threads): the
+    #: geometry is a pure function of these once the module is loaded
+    grids: dict[tuple[int, str, int, int, int], tuple[int, int]] = field(default_factory=dict)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _DeviceState] = weakref.WeakKeyDictionary()
@@ -188,6 +192,8 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
     other, one zeroed environment per device, made once (nothing writes it)."""
     if not env.reduction_data_size:
         st = _state(dev)
+        if st.launch_env is not None:
+            return st.launch_env, []
         with _lock:
             shared = st.launch_env
             if shared is None:
@@ -217,8 +223,15 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
     if functions:
         args = [functions.get(a, a) for a in args]
     env = kernel_environment(dev, program, name)
-    blocks, block = geometry(dev, env, teams, threads, tripcount,
-                             dev.kernel(binary, name).handle[1])
+    grids = _state(dev).grids
+    key = (id(program), name, teams, threads, tripcount)
+    grid = grids.get(key)
+    if grid is None:
+        grid = geometry(dev, env, teams, threads, tripcount, dev.kernel(binary, name).handle[1])
+        if len(grids) >= _GRIDS:
+            grids.clear()
+        grids[key] = grid
+    blocks, block = grid
     launch_env, allocs = launch_environment(dev, env, blocks)
     try:
         dev.plugin.launch_kernel(dev.id, binary, name, [launch_env, *args], blocks, block)

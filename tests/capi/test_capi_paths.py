@@ -205,3 +205,142 @@ def test_regions_of_one_plain_section_through_the_c_body(spied, watch, monkeypat
     else:
         assert fewer == (0, 0) and general == (4, 4) and calls["decode"] == 4, calls
     assert len(table) == 0
+
+
+ON_MAPPED = r'''
+void enter(int *a, int *b, int n) {
+#pragma omp target enter data map(to: a[0:n], b[0:n])
+}
+void leave(int *a, int *b, int n) {
+#pragma omp target exit data map(from: a[0:n], b[0:n])
+}
+void pointers(int *a, int *b, int k) {
+#pragma omp target
+  { b[k] = a[k] + 1; }
+}
+void sections(int *a, int *b) {
+#pragma omp target map(tofrom: a[10:20], b[0:5])
+  { b[0] = a[10]; }
+}
+void always(int *a, int *b) {
+#pragma omp target map(always, tofrom: a[0:1000]) map(to: b[0:1000])
+  { a[1] = b[1]; }
+}
+void loose(int *a, int *b) {
+#pragma omp target
+  { a[2] = b[0]; }
+}
+'''
+
+
+def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
+    """A kernel region whose every component lies inside a made mapping (pointers into it
+    as zero-length sections, sections inside it, literals; no bit that copies) is marked,
+    translated and launched through the compiled core's present_map, its map arrays never
+    decoded in Python; `always` and a pointer into unmapped memory take the general rules;
+    the pure-Python core maps every list by the general rules; the results agree."""
+    from offload import _accel
+    from offload.capi import kernels, maps
+    table, calls, _ = spied
+    decode, launch = maps.decode, kernels._run_kernel
+    taken = []
+    step = table.steps.present_map
+    compiled = _accel.load() is not None and offload.runtime.current().config.accel
+    assert (step is not None) == compiled           # the compiled core's step is there
+    if step is not None:
+        def present_map(*args):
+            found = step(*args)
+            taken.append(found is not None)
+            return found
+        monkeypatch.setattr(table, "steps", table.steps._replace(present_map=present_map))
+
+    def counted(*args, **kw):
+        calls["decode"] = calls.get("decode", 0) + 1
+        return decode(*args, **kw)
+
+    def run(*args, **kw):
+        calls["run"] = calls.get("run", 0) + 1
+        return launch(*args, **kw)
+    monkeypatch.setattr(maps, "decode", counted)
+    monkeypatch.setattr(kernels, "_run_kernel", run)
+    m = offload.compile_openmp(ON_MAPPED)
+    a = np.arange(1000, dtype=np.int32)
+    b = np.zeros(1000, dtype=np.int32)
+    m.enter(a, b, 1000)
+    busy = [e.busy for e in table.entries()]
+    for k in range(3):
+        m.pointers(a, b, k)
+    m.sections(a, b)
+    assert [e.busy for e in table.entries()] == busy          # every mark given back
+    m.always(a, b)
+    loose = np.full(4, 9, dtype=np.int32)
+    m.loose(a, loose)                       # not mapped: the host pointer, the general rules
+    m.leave(a, b, 1000)
+    assert b[0] == 10 and list(b[1:3]) == [2, 3] and a[1] == b[1] and a[2] == 9
+    assert calls["run"] == 6 and len(table) == 0
+    # decoded: the enter and exit data constructs (two components each), and the regions
+    # the general rules took
+    if step is None:
+        assert calls["decode"] == 2 + 6, calls
+    else:
+        assert taken == [True] * 4 + [False] * 2 and calls["decode"] == 2 + 2, (taken, calls)
+
+
+def test_present_map_refuses_what_it_must_not_take(runtime):
+    """The compiled core's present_map step alone, on LLVM 19's map arrays: a list inside
+    made mappings comes back as the kernel's arguments with the mappings marked; every
+    list it must leave to the general rules (a bit that copies or attaches, a mapper, a
+    section past its mapping, an absent pointer, an observed table) comes back None with
+    nothing marked; malformed calls raise."""
+    from offload import _accel
+    from offload.clauses import MapItem, MapType
+    runtime()
+    table = offload.runtime.current().device(0).table
+    if table.steps.present_map is None:
+        pytest.skip("no compiled core in this mode (OFFLOAD_ACCEL=0 or no C compiler): "
+                    "the general rules map every list")
+    assert _accel.load() is not None
+    a = np.zeros(100, dtype=np.int64)
+    p = a.ctypes.data
+    table.target_data_begin([MapItem(p, a.nbytes, MapType.TO)])
+    e = table.lookup(p, a.nbytes)
+
+    def call(rows, mappers=None):
+        n = len(rows)
+        bases = (ctypes.c_void_p * max(n, 1))(*[r[0] for r in rows])
+        begins = (ctypes.c_void_p * max(n, 1))(*[r[1] for r in rows])
+        sizes = (ctypes.c_int64 * max(n, 1))(*[r[2] for r in rows])
+        types = (ctypes.c_int64 * max(n, 1))(*[r[3] for r in rows])
+        m = 0 if mappers is None else ctypes.addressof(mappers)
+        return table.steps.present_map(n, *(ctypes.addressof(x) for x in
+                                            (bases, begins, sizes, types)), m)
+    param = 0x20
+    found = call([(p, p + 80, 0, param | 0x200),          # a pointer into it, zero-length
+                  (7, 7, 0, param | 0x100),                # a literal
+                  (p, p + 16, 32, 0x3 | param),            # a section inside it
+                  (p, p, 8, 0x1)])                         # not a kernel argument
+    assert found is not None and e.busy == 3
+    tgt = e.tgt_begin
+    assert found.kernel_args == [tgt, 7, tgt] and found.marked == [e, e, e]
+    table.steps.release_present(found.marked)
+    assert e.busy == 0
+    refused = {"always": [(p, p, 8, 0x4 | 0x1 | param)], "delete": [(p, p, 8, 0x8)],
+               "ptr_and_obj": [(p, p, 8, 0x10 | param)], "private": [(p, p, 8, 0x80 | param)],
+               "past its end": [(p, p + 792, 16, 0x3 | param)],
+               "absent": [(p, p, 8, param), (16, 16, 0, param)],
+               "member_of": [(p, p, 8, (1 << 48) | 0x3)],
+               "negative size": [(p, p, -1, param)]}
+    for why, rows in refused.items():
+        assert call(rows) is None and e.busy == 0, why
+    one = (ctypes.c_void_p * 1)(1)
+    assert call([(p, p, 8, param)], one) is None and e.busy == 0           # a mapper
+    assert call([(p, p, 8, param)] * 65) is None                           # too many
+    table.traced = True                                                    # observed
+    assert call([(p, p, 8, param)]) is None
+    table.traced = False
+    with pytest.raises(TypeError, match="a count and five addresses"):
+        table.steps.present_map(1, 2, 3)
+    with pytest.raises(TypeError, match="a count and five addresses"):
+        table.steps.present_map(1, "bases", 0, 0, 0, 0)
+    table.target_data_end([MapItem(p, a.nbytes, MapType.FROM)])
+    assert len(table) == 0
