@@ -156,7 +156,7 @@ KERNEL_EXPORTS = ("__tgt_target_kernel", "__tgt_target_kernel_nowait")
 #: mapper, read in C (n: 0 or 1): OFFLOAD_SUCCESS / OFFLOAD_FAIL when the region ran (or
 #: failed, reported), KERNEL_GENERAL when it takes the general path
 KERNEL_ONE = ("int kernel_one(void *loc, int32_t export, int64_t dev, int32_t num_teams, "
-              "int32_t thread_limit, void *host_ptr, uint64_t tripcount, int32_t n, "
+              "int32_t thread_limit, uintptr_t host_ptr, uint64_t tripcount, int32_t n, "
               "uintptr_t base, uintptr_t begin, int64_t size, uint64_t type);")
 KERNEL_GENERAL = 1
 #: the runtime's first steps the exports' C bodies call (not exports of the library):

@@ -155,7 +155,7 @@ def _wrappers() -> str:
             body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
         elif name in KERNEL_EXPORTS:          # at most one component: kernel_one first
             one = (f"_offload_kernel_one(loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, "
-                   "thread_limit, host_ptr, k->Tripcount, (int32_t)k->NumArgs, "
+                   "thread_limit, (uintptr_t)host_ptr, k->Tripcount, (int32_t)k->NumArgs, "
                    "n ? (uintptr_t)k->ArgBasePtrs[0] : 0, n ? (uintptr_t)k->ArgPtrs[0] : 0, "
                    "n ? k->ArgSizes[0] : 0, n ? (uint64_t)k->ArgTypes[0] : 0)")
             body = (f"{enter}int r = 0; const KernelArgsTy *k = args; "

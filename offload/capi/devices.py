@@ -43,6 +43,7 @@ def _after_fork_in_child() -> None:
     maps._mapper_lock = locks.new_lock()
     registry.lock = locks.RLock()
     _loaded.clear()
+    _found.clear()
     _ready.clear()
 
 
@@ -164,6 +165,9 @@ def device(dev: int, construct: bool = True) -> Any:
     """The Device for an LLVM device number, its images loaded; None for the initial
     device (and, for constructs, every device when offloading is disabled)."""
     rt = runtime._process.live
+    hit = _found.get(dev)
+    if hit is not None and hit[0] is rt and hit[1] == registry.version and not rt.closing:
+        return hit[2]
     if rt is None or rt.closing:
         rt = ensure_runtime()
     n = dev if dev >= 0 else device_number(dev)
@@ -182,7 +186,14 @@ def device(dev: int, construct: bool = True) -> Any:
     seen = _loaded.get(id(d))
     if seen is None or seen[1] != registry.version:
         _load_images(d)
+    if dev >= 0 and not _disabled:
+        _found[dev] = (rt, _loaded[id(d)][1], d)
     return d
+
+
+#: device number -> (runtime, registry version, Device): what `device` found, while that
+#: runtime lives and no program (un)registers (LLVM's device number of a construct)
+_found: dict[int, tuple[Any, int, Any]] = {}
 
 
 # id(Device) -> (the Device, the registry version its images and globals are loaded for)

@@ -199,30 +199,38 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
 
 
 def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,
-               host_ptr: Any, tripcount: int, n: int, base: int, begin: int, size: int,
+               host_ptr: int, tripcount: int, n: int, base: int, begin: int, size: int,
                type: int) -> int:
     """A region (KERNEL_EXPORTS[export]) whose map list is empty or one component without
     a mapper, as the library's C body read it: the region run here when nothing watches
     the table (no OMPT tool, no LIBOMPTARGET_INFO: target_kernel's general path prints and
-    reports) and the component is a single section (maps.single_section); KERNEL_GENERAL
-    otherwise."""
+    reports) and the component is a single section (maps.single_section), whose one
+    argument (TARGET_PARAM) is then its device address; KERNEL_GENERAL otherwise."""
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
-    if ompt.listening or d.table.observed:
+    if ompt.listening or d.table.observed or \
+            (n and not maps.single_section(d, base, begin, size, type)):
         return KERNEL_GENERAL
-    if n:
-        if not maps.single_section(d, base, begin, size, type):
-            return KERNEL_GENERAL
-        a = maps.Arg(base, begin, size, type, None, 0)
-        args: tuple[list[maps.Arg], list[maps.Arg]] = ([a], [a])
-    else:
-        args = _EMPTY
     try:
-        return _launch(d, addr(host_ptr), args, None, num_teams, thread_limit, tripcount)
+        fn, name = _kernel(d, host_ptr)
+        if not n:                                # nothing mapped, nothing passed
+            d.generic.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
+        else:
+            Region.single_range(d.table, begin, size, type & 0x3, None, False, _run_section,
+                                d.generic, fn, name, type & maps.TARGET_PARAM, num_teams,
+                                thread_limit, tripcount)
+        return OFFLOAD_SUCCESS
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
+
+
+def _run_section(tgt: int, gen: Any, fn: Any, name: str, param: int, teams: int,
+                 threads: int, tripcount: int) -> None:
+    """The kernel of kernel_one's one section, mapped at `tgt` (its base: the section
+    starts there), passed when it is a kernel argument."""
+    gen.omp_launch(fn, name, [tgt] if param else [], teams, threads, tripcount)
 
 
 def target_replay(loc: Any, dev: int, host_ptr: Any, memory: Any, size: int, tgt_args: Any,

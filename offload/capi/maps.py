@@ -20,7 +20,7 @@ from .abi import MEMBER_OF_MASK, NON_CONTIG
 from .images import _T_UINTPTR, _cast, addr, ffi
 
 _TO, _FROM, _DELETE = 0x1, 0x2, 0x8
-_PTR_AND_OBJ, _TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x40, 0x80, 0x100
+_PTR_AND_OBJ, TARGET_PARAM, _RETURN_PARAM, _PRIVATE, _LITERAL = 0x10, 0x20, 0x40, 0x80, 0x100
 _IMPLICIT = 0x200
 _INFO_EXISTS = 0x2                         # LIBOMPTARGET_INFO: MAPPING_EXISTS
 _MEMBER = int(MapType.MEMBER)
@@ -194,7 +194,7 @@ def single_section(dev: Device, base: int, begin: int, size: int, type: int) -> 
     motion) take a construct's one component: a non-empty array section from its base,
     with no bits but TO, FROM and TARGET_PARAM, on a table not observed (the one rule of
     the drop-in's fewer-steps path)."""
-    return not (dev.table.observed or type & ~(_TO | _FROM | _TARGET_PARAM) or size <= 0
+    return not (dev.table.observed or type & ~(_TO | _FROM | TARGET_PARAM) or size <= 0
                 or base != begin)
 
 
@@ -366,7 +366,7 @@ def kernel_args(dev: Device, args: list[Arg]) -> tuple[list[int], list[int]]:
     table = dev.table
     try:
         for i, a in enumerate(args):
-            if not a.type & _TARGET_PARAM or a.type & MEMBER_OF_MASK:
+            if not a.type & TARGET_PARAM or a.type & MEMBER_OF_MASK:
                 continue
             if a.type & _LITERAL:
                 out.append(a.base)

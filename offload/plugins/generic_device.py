@@ -173,6 +173,8 @@ class GenericDevice(DeviceHooks):
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                    threads: int, tripcount: int) -> tuple[int, int, str]:
         p = profile.active
+        if p is None and self.arena is None:
+            return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
         if p is not None:
             return p.kernel(self, self.plugin.name, self.id, name, len(args), teams, threads,
                             None, lambda q: self._omp_launch(program, name, args, teams,
