@@ -150,7 +150,8 @@ DATA_EXPORTS = tuple((f"__tgt_target_data_{k}{v}", k) for k in ("begin", "end", 
 #: reported), 0 when the list takes the general path (not an export of the library)
 DATA_ONE = ("int data_one(void *loc, int32_t export, int64_t dev, uintptr_t base, "
             "uintptr_t begin, int64_t size, uint64_t type);")
-#: the region exports whose C bodies call KERNEL_ONE first, numbered as its `export`
+#: the region exports whose C bodies call KERNEL_ONE or KERNEL_MANY first, numbered as
+#: their `export`
 KERNEL_EXPORTS = ("__tgt_target_kernel", "__tgt_target_kernel_nowait")
 #: what a region's C body calls first for a map list of at most one component without a
 #: mapper, read in C (n: 0 or 1): OFFLOAD_SUCCESS / OFFLOAD_FAIL when the region ran (or
@@ -158,11 +159,17 @@ KERNEL_EXPORTS = ("__tgt_target_kernel", "__tgt_target_kernel_nowait")
 KERNEL_ONE = ("int kernel_one(void *loc, int32_t export, int64_t dev, int32_t num_teams, "
               "int32_t thread_limit, uintptr_t host_ptr, uint64_t tripcount, int32_t n, "
               "uintptr_t base, uintptr_t begin, int64_t size, uint64_t type);")
+#: and for any other list, the map arrays by address; the same results
+KERNEL_MANY = ("int kernel_many(void *loc, int32_t export, int64_t dev, int32_t num_teams, "
+               "int32_t thread_limit, uintptr_t host_ptr, uint64_t tripcount, int32_t n, "
+               "uintptr_t bases, uintptr_t begins, uintptr_t sizes, uintptr_t types, "
+               "uintptr_t mappers);")
 KERNEL_GENERAL = 1
 #: the runtime's first steps the exports' C bodies call (not exports of the library):
 #: name -> (declaration, the exports that call it, by the number they pass)
 FIRST_STEPS = {"data_one": (DATA_ONE, tuple(name for name, _ in DATA_EXPORTS)),
-               "kernel_one": (KERNEL_ONE, KERNEL_EXPORTS)}
+               "kernel_one": (KERNEL_ONE, KERNEL_EXPORTS),
+               "kernel_many": (KERNEL_MANY, KERNEL_EXPORTS)}
 
 # map-type bits beyond offload.clauses.MapType
 MEMBER_OF_MASK = 0xFFFF000000000000

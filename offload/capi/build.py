@@ -153,16 +153,21 @@ def _wrappers() -> str:
             one = (f"(n == 1{mapper} && _offload_data_one({loc}, {number}, dev, "
                    f"(uintptr_t)bases[0], (uintptr_t)begins[0], sizes[0], (uint64_t)types[0]))")
             body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
-        elif name in KERNEL_EXPORTS:          # at most one component: kernel_one first
-            one = (f"_offload_kernel_one(loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, "
-                   "thread_limit, (uintptr_t)host_ptr, k->Tripcount, (int32_t)k->NumArgs, "
-                   "n ? (uintptr_t)k->ArgBasePtrs[0] : 0, n ? (uintptr_t)k->ArgPtrs[0] : 0, "
-                   "n ? k->ArgSizes[0] : 0, n ? (uint64_t)k->ArgTypes[0] : 0)")
+        elif name in KERNEL_EXPORTS:          # the list read in C: kernel_one / _many first
+            head = (f"loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, thread_limit, "
+                    "(uintptr_t)host_ptr, k->Tripcount, (int32_t)n, ")
+            one = (f"_offload_kernel_one({head}n ? (uintptr_t)k->ArgBasePtrs[0] : 0, "
+                   "n ? (uintptr_t)k->ArgPtrs[0] : 0, n ? k->ArgSizes[0] : 0, "
+                   "n ? (uint64_t)k->ArgTypes[0] : 0)")
+            many = (f"_offload_kernel_many({head}(uintptr_t)k->ArgBasePtrs, "
+                    "(uintptr_t)k->ArgPtrs, (uintptr_t)k->ArgSizes, (uintptr_t)k->ArgTypes, "
+                    "(uintptr_t)k->ArgMappers)")
             body = (f"{enter}int r = 0; const KernelArgsTy *k = args; "
-                    "const uint32_t n = k ? k->NumArgs : 2; "
+                    "const uint32_t n = k ? k->NumArgs : 0; "
                     "if (!Py_IsInitialized()) r = 0; "
-                    f"else if (n <= 1 && (n == 0 || k->ArgMappers == NULL || "
+                    "else if (k && n <= 1 && (n == 0 || k->ArgMappers == NULL || "
                     f"k->ArgMappers[0] == NULL) && (r = {one}) != {KERNEL_GENERAL}) ; "
+                    f"else if (k && n && (r = {many}) != {KERNEL_GENERAL}) ; "
                     f"else r = {call}; {leave}return r;")
         elif ret == "void":
             body = f"{enter}if (Py_IsInitialized()) {call}; {leave}"

@@ -40,15 +40,19 @@ def _data(kind: str, dev: int, n: int, bases: Any, begins: Any, sizes: Any, type
 def data_one(loc: Any, export: int, dev: int, base: int, begin: int, size: int, type: int
              ) -> int:
     """A data construct (DATA_EXPORTS[export]) of one component without a mapper, as the
-    library's C body read it: 1 when done here (in fewer steps, maps.single_section), 0 for
-    the general path (_data), which gets the construct's own arguments."""
+    library's C body read it: 1 when done here (in fewer steps, maps.single_section; an
+    update that moves nothing, maps.empty_update), 0 for the general path (_data), which
+    gets the construct's own arguments."""
     d = construct_device(dev)
     if d is None:
         return 1
     one = (base, begin, size, type)
-    if ompt.listening or not maps.single_section(d, *one):
+    if ompt.listening:
         return 0
-    return 1 if _run_single_section(DATA_EXPORTS[export][1], d, one, loc) else 0
+    kind = DATA_EXPORTS[export][1]
+    if not maps.single_section(d, *one):
+        return 1 if kind == "update" and maps.empty_update(d, size, type) else 0
+    return 1 if _run_single_section(kind, d, one, loc) else 0
 
 
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}

@@ -65,6 +65,7 @@ from .interop_objects import (
 )
 from .kernels import (
     dump_tables_at_exit,
+    kernel_many,
     kernel_one,
     legacy_target,
     push_tripcount,
@@ -237,6 +238,8 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         _guard("data_one", 1, data_one, True, True))
     lib_ffi.def_extern(name="_offload_kernel_one", onerror=_escaped)(
         _guard("kernel_one", OFFLOAD_FAIL, kernel_one, True, True))
+    lib_ffi.def_extern(name="_offload_kernel_many", onerror=_escaped)(
+        _guard("kernel_many", OFFLOAD_FAIL, kernel_many, True, True))
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
         ext(base)(data(kind, True, False))

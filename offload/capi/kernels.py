@@ -148,15 +148,6 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         return OFFLOAD_FAIL                   # the host fallback runs the region
     k = _cast(_T_KARGS, kargs)
     n = k.NumArgs
-    try:
-        if n and _on_present(d, addr(host_ptr), n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes,
-                             k.ArgTypes, k.ArgMappers, num_teams, thread_limit,
-                             int(k.Tripcount)):
-            dump_tables(d, loc)
-            return OFFLOAD_SUCCESS
-    except OffloadError as exc:
-        construct_failed(loc, exc, target=True)
-        return OFFLOAD_FAIL
     args = maps.decode(n, k.ArgBasePtrs, k.ArgPtrs, k.ArgSizes, k.ArgTypes, k.ArgNames,
                        k.ArgMappers) if n else _EMPTY
     if d.table.info & 0x1:                       # LIBOMPTARGET_INFO: KERNEL_ARGS
@@ -188,7 +179,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
         return False
     fn, name = _kernel(dev, host_ptr)
     found = present_map(n, addr(bases), addr(begins), addr(sizes), addr(types),
-                        0 if mappers is None else addr(mappers))
+                        0 if mappers is None else addr(mappers))   # ints from kernel_one
     if found is None:
         return False
     try:
@@ -205,7 +196,8 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     a mapper, as the library's C body read it: the region run here when nothing watches
     the table (no OMPT tool, no LIBOMPTARGET_INFO: target_kernel's general path prints and
     reports) and the component is a single section (maps.single_section), whose one
-    argument (TARGET_PARAM) is then its device address; KERNEL_GENERAL otherwise."""
+    argument (TARGET_PARAM) is then its device address; KERNEL_GENERAL otherwise (the
+    body then tries kernel_many)."""
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
@@ -224,6 +216,26 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
+
+
+def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,
+                host_ptr: int, tripcount: int, n: int, bases: int, begins: int, sizes: int,
+                types: int, mappers: int) -> int:
+    """A region (KERNEL_EXPORTS[export]) with a map list that kernel_one did not take, its
+    arrays by address: run here when nothing watches the table and the list lies on
+    mapped data (_on_present); KERNEL_GENERAL otherwise."""
+    d = construct_device(dev)
+    if d is None:
+        return OFFLOAD_FAIL
+    if ompt.listening or d.table.observed:
+        return KERNEL_GENERAL
+    try:
+        ran = _on_present(d, host_ptr, n, bases, begins, sizes, types, mappers, num_teams,
+                          thread_limit, tripcount)
+    except OffloadError as exc:
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
+    return OFFLOAD_SUCCESS if ran else KERNEL_GENERAL
 
 
 def _run_section(tgt: int, gen: Any, fn: Any, name: str, param: int, teams: int,

@@ -198,6 +198,14 @@ def single_section(dev: Device, base: int, begin: int, size: int, type: int) -> 
                 or base != begin)
 
 
+def empty_update(dev: Device, size: int, type: int) -> bool:
+    """Whether a target update's one component is one the table passes over
+    (MappingTable.skips_update: zero bytes, no `present`) with no bit but TO, FROM and
+    TARGET_PARAM, on a table not observed: BabelStream's `update from(a[0:0])`."""
+    return not (dev.table.observed or type & ~(_TO | _FROM | TARGET_PARAM)) and \
+        dev.table.skips_update(size, type)
+
+
 def single_section_arg(dev: Device, args: list[Arg]) -> Arg | None:
     """The list's one component when single_section takes it; None for anything else."""
     if len(args) != 1:

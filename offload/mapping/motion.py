@@ -114,6 +114,12 @@ class Motion(TableState):
             self._release(e)
 
     # ---- update -----------------------------------------------------------
+    @staticmethod
+    def skips_update(n: int, t: int) -> bool:
+        """Whether target_data_update passes over an item of `n` bytes and map type `t`
+        with nothing done: no byte to copy and no `present` to check."""
+        return n <= 0 and not t & _PRESENT
+
     def target_data_update(self, items: Sequence[MapItem], queue: Any = None,
                            kept_busy: list[HostDataToTarget] | None = None) -> None:
         """Copy present items TO and/or FROM the device; absent ones are skipped. With
@@ -127,9 +133,13 @@ class Motion(TableState):
                             "pass a writeable array")
         for it in items:
             p, n, t = it.host, it.size, int(it.type)
+            if self.skips_update(n, t):
+                continue
             e = self.acquire_busy(p, n) if n > 0 else None
             if e is None:
-                if t & _PRESENT:
+                # absent, or zero bytes to copy (held by a mapping by LLVM's zero-length
+                # lookup, or not: the `present` check's only concern)
+                if t & _PRESENT and (n > 0 or self.lookup(p, 0) is None):
                     raise error([present_missing(p, n, motion=True)], it,
                                 "map it first, or drop present=True")
                 continue

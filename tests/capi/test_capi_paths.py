@@ -20,7 +20,7 @@ _P = ctypes.POINTER(ctypes.c_void_p)
 _I = ctypes.POINTER(ctypes.c_int64)
 
 
-def _construct(lib, kind, a, t, dev=0, begin=None):
+def _construct(lib, kind, a, t, dev=0, begin=None, size=None):
     """The data construct through the library's own export (its C body, then the
     runtime), in this process: the library shares this program's runtime."""
     p = a.ctypes.data if begin is None else begin
@@ -29,7 +29,7 @@ def _construct(lib, kind, a, t, dev=0, begin=None):
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, _P, _P, _I, _I,
                    ctypes.c_void_p, ctypes.c_void_p]
     bases, begins = (ctypes.c_void_p * 1)(a.ctypes.data), (ctypes.c_void_p * 1)(p)
-    sizes = (ctypes.c_int64 * 1)(a.nbytes - (p - a.ctypes.data))
+    sizes = (ctypes.c_int64 * 1)(a.nbytes - (p - a.ctypes.data) if size is None else size)
     types = (ctypes.c_int64 * 1)(t)
     fn(None, dev, 1, bases, begins, sizes, types, None, None)
 
@@ -343,4 +343,31 @@ def test_present_map_refuses_what_it_must_not_take(runtime):
     with pytest.raises(TypeError, match="a count and five addresses"):
         table.steps.present_map(1, "bases", 0, 0, 0, 0)
     table.target_data_end([MapItem(p, a.nbytes, MapType.FROM)])
+    assert len(table) == 0
+
+
+def test_an_update_of_nothing_is_done_in_the_c_body_step(spied, monkeypatch):
+    """`update from(a[0:0])` (BabelStream's wait after each kernel) moves nothing and
+    checks nothing: data_one finishes it (maps.empty_update: the table's skips_update)
+    without decoding the list or reaching the table; with `present` the general rules
+    check that a mapping holds it (LLVM's zero-length lookup: no error here)."""
+    from offload.capi import maps
+    table, calls, _construct = spied
+    decode = maps.decode
+
+    def counted(*args, **kw):
+        calls["decode"] = calls.get("decode", 0) + 1
+        return decode(*args, **kw)
+    monkeypatch.setattr(maps, "decode", counted)
+    a = np.arange(1000, dtype=np.int32)
+    _construct("begin", a, TO)
+    a[:] = 0
+    inside = a.ctypes.data + 400
+    _construct("update", a, FROM, begin=inside, size=0)     # a[100:0]
+    assert not any(calls.get(k) for k in ("decode", "target_data_update",
+                                          "update_single_range")), calls
+    _construct("update", a, FROM | PRESENT, begin=inside, size=0)
+    assert calls["decode"] == 1 and calls["target_data_update"] == 1, calls
+    assert not a.any()                                      # nothing came back
+    _construct("end", a, 0)
     assert len(table) == 0
