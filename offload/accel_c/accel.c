@@ -131,10 +131,10 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 /* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)
  * -> CompiledSteps(begin_single_range, end_single_range, update_single_range, present,
- *    launch_present, release, update_arrays, present_map) for one MappingTable, whose
- *    state `core` (a TableCore) owns. The
- * device's lock, allocation records, pool and statistics are taken now: they must be
- * changed in place for the table's lifetime. */
+ *    launch_present, release, update_arrays, present_map, launch_present_map) for one
+ *    MappingTable, whose state `core` (a TableCore) owns. The device's lock, allocation
+ *    records, pool and statistics are taken now: they must be changed in place for the
+ *    table's lifetime. */
 static PyTypeObject *CompiledStepsType;
 
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
@@ -236,8 +236,9 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *rl = bound(a, (vectorcallfunc)Accel_release);
   PyObject *ua = bound(a, (vectorcallfunc)Accel_update_arrays);
   PyObject *pm = bound(a, (vectorcallfunc)Accel_present_map);
+  PyObject *lm = bound(a, (vectorcallfunc)Accel_launch_present_map);
   Py_DECREF(a);
-  PyObject *steps[] = {b, e, u, pr, lp, rl, ua, pm};
+  PyObject *steps[] = {b, e, u, pr, lp, rl, ua, pm, lm};
   int n = (int)(sizeof steps / sizeof *steps), missing = 0;
   PyObject *r = NULL;
   for (int i = 0; i < n; i++)
@@ -288,10 +289,12 @@ static PyStructSequence_Field steps_fields[] = {
     {"update_arrays", "update_arrays(to, from_) -> True, or None: target_update of whole arrays"},
     {"present_map", "present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or "
                     "None: a C-ABI kernel region on mapped data"},
+    {"launch_present_map", "launch_present_map(n, bases, begins, sizes, types, mappers, spec, "
+                           "first) -> True, False or None: and the kernel launched"},
     {NULL, NULL}};
 static PyStructSequence_Desc steps_desc = {
     "offload._accel_c.CompiledSteps", "A table's steps in the compiled core (accelerate).",
-    steps_fields, 8};
+    steps_fields, 9};
 static PyStructSequence_Field present_fields[] = {
     {"kernel_args", "the region's arguments, arrays as their device addresses"},
     {"marked", "the entries marked in use for it (give them to release)"},

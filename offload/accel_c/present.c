@@ -3,6 +3,7 @@
 
 static PyObject *release_list(Accel *a, PyObject *entries);
 static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked);
+static PyObject *launched(Accel *a, int ran, PyObject *kargs, PyObject *marked);
 static PyTypeObject *PresentArgsType;     /* PresentArgs(kernel_args, marked), made at start */
 
 /* Under the table lock: the made entry holding [p, p+n) (`inside`; else sharing a byte
@@ -138,20 +139,15 @@ static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
                    0x1000ULL | 0x2000ULL)
 #define MAP_MAX 64
 
-/* present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or None: a kernel
- * region of the C ABI (LLVM 19's map arrays, by address; mappers 0 for none) whose every
- * component is a literal or lies inside a made mapping, with no bit that copies or
- * allocates (MAP_TAKEN) and no mapper: each mapping marked in use (once per component),
- * the kernel's arguments (TARGET_PARAM components, in order) a literal's value or the
- * device address of its base. Nothing is copied: a present mapping's counts go back where
- * they were when the region ends, so LLVM 19 copies nothing either. None, with nothing
- * marked, for any other list or an observed table (the general rules decide). */
-static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargsf,
-                                   PyObject *kwnames) {
+/* The first half of present_map over its six arguments (`args`: n and five addresses),
+ * with `first` (or NULL) put before the kernel's arguments: 1 with *kargs_out and
+ * *marked_out (new lists); 0 with nothing marked for a list the general rules take; -1
+ * with an exception (a malformed call, or no memory). */
+static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject **kargs_out,
+                    PyObject **marked_out) {
   unsigned long long at[5];
-  Py_ssize_t n = -1;
-  if (kwnames || PyVectorcall_NARGS(nargsf) != 6 ||
-      ((n = PyLong_AsSsize_t(args[0])) == -1 && PyErr_Occurred()))
+  Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+  if (n == -1 && PyErr_Occurred())
     goto usage;
   for (int i = 0; i < 5; i++)
     if ((at[i] = PyLong_AsUnsignedLongLong(args[i + 1])) == (unsigned long long)-1 &&
@@ -164,19 +160,19 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
   void *const *mappers = (void *const *)(uintptr_t)at[4];
   if (n < 0 || n > MAP_MAX || (n && (!bases || !begins || !sizes || !types)) ||
       a->core->observed)
-    Py_RETURN_NONE;
+    return 0;
   for (Py_ssize_t i = 0; i < n; i++) {               /* outside the lock: the rule */
     uint64_t t = (uint64_t)types[i];
     if ((mappers && mappers[i]) || (t & ~MAP_TAKEN) || (!(t & MAP_LITERAL) && sizes[i] < 0))
-      Py_RETURN_NONE;
+      return 0;
   }
   PyObject *kargs = PyList_New(0), *marked = PyList_New(0);
-  if (!kargs || !marked)
+  if (!kargs || !marked || (first && PyList_Append(kargs, first) < 0))
     goto fail;
   if (!try_table_lock(a)) {
     Py_DECREF(kargs);
     Py_DECREF(marked);
-    Py_RETURN_NONE;
+    return 0;
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     uint64_t t = (uint64_t)types[i];
@@ -186,7 +182,7 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
       give_table_lock(a);
       Py_DECREF(kargs);
       Py_DECREF(marked);
-      Py_RETURN_NONE;
+      return 0;
     }
     if (!(t & MAP_TARGET_PARAM))
       continue;
@@ -201,15 +197,61 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
     Py_DECREF(v);
   }
   give_table_lock(a);
-  return present_args(a, kargs, marked);
+  *kargs_out = kargs;
+  *marked_out = marked;
+  return 1;
 usage:
   PyErr_SetString(PyExc_TypeError, "present_map(n, bases, begins, sizes, types, mappers): "
                   "a count and five addresses");
-  return NULL;
+  return -1;
 fail:
   Py_XDECREF(kargs);
   Py_XDECREF(marked);
-  return NULL;
+  return -1;
+}
+
+/* present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or None: a kernel
+ * region of the C ABI (LLVM 19's map arrays, by address; mappers 0 for none) whose every
+ * component is a literal or lies inside a made mapping, with no bit that copies or
+ * allocates (MAP_TAKEN) and no mapper: each mapping marked in use (once per component),
+ * the kernel's arguments (TARGET_PARAM components, in order) a literal's value or the
+ * device address of its base. Nothing is copied: a present mapping's counts go back where
+ * they were when the region ends, so LLVM 19 copies nothing either. None, with nothing
+ * marked, for any other list or an observed table (the general rules decide). */
+static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+  PyObject *kargs, *marked;
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 6) {
+    PyErr_SetString(PyExc_TypeError, "present_map(n, bases, begins, sizes, types, mappers): "
+                    "a count and five addresses");
+    return NULL;
+  }
+  int got = mark_map(a, args, NULL, &kargs, &marked);
+  if (got <= 0)
+    return got < 0 ? NULL : Py_NewRef(Py_None);
+  return present_args(a, kargs, marked);
+}
+
+/* launch_present_map(n, bases, begins, sizes, types, mappers, spec, first) -> True, False
+ * or None: as present_map, and the kernel of `spec` (a LaunchSpec) launched here on
+ * `first` (an int: an OpenMP kernel's launch environment) and the region's arguments,
+ * waited for, its marks given back: True once it ran; False with nothing done when the
+ * list is taken but the launch is not the core's (the caller launches); None for a list
+ * the general rules take. */
+static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_t nargsf,
+                                          PyObject *kwnames) {
+  PyObject *kargs, *marked;
+  if (kwnames || PyVectorcall_NARGS(nargsf) != 8 || !PyLong_CheckExact(args[7])) {
+    PyErr_SetString(PyExc_TypeError, "launch_present_map(n, bases, begins, sizes, types, "
+                    "mappers, spec, first): a count, five addresses, a LaunchSpec, an int");
+    return NULL;
+  }
+  if (a->copier.kind != COPY_CUDA)
+    return Py_NewRef(Py_False);
+  int got = mark_map(a, args, args[7], &kargs, &marked);
+  if (got <= 0)
+    return got < 0 ? NULL : Py_NewRef(Py_None);
+  return launched(a, launch_now(a, args[6], kargs), kargs, marked);
 }
 
 /* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a
@@ -226,7 +268,12 @@ static PyObject *Accel_launch_present(Accel *a, PyObject *const *args, size_t na
   int got = mark_present(a, args[0], &kargs, &marked);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_False);
-  int ran = launch_now(a, args[1], kargs);
+  return launched(a, launch_now(a, args[1], kargs), kargs, marked);
+}
+
+/* After launch_now gave `ran`: the marks given back and both lists let go; True (ran),
+ * False (0: the caller launches), or NULL with launch_now's exception kept. */
+static PyObject *launched(Accel *a, int ran, PyObject *kargs, PyObject *marked) {
   PyObject *typ = NULL, *err = NULL, *tb = NULL;
   if (ran < 0)
     PyErr_Fetch(&typ, &err, &tb);

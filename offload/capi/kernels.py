@@ -172,14 +172,23 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
                 types: Any, mappers: Any, teams: int, threads: int, tripcount: int) -> bool:
     """A region whose map list lies on mapped data (the compiled core's present_map: no
     mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
-    one step; False with nothing done (the general rules map the list). Not while OMPT
-    listens (its data callbacks come from the general rules)."""
-    present_map = dev.table.steps.present_map
-    if present_map is None or ompt.listening:
+    one step, the launch too where the device plans it (omp_launch_plan:
+    launch_present_map); False with nothing done (the general rules map the list). Not
+    while OMPT listens (its data callbacks come from the general rules)."""
+    steps = dev.table.steps
+    if steps.present_map is None or ompt.listening:
         return False
     fn, name = _kernel(dev, host_ptr)
-    found = present_map(n, addr(bases), addr(begins), addr(sizes), addr(types),
-                        0 if mappers is None else addr(mappers))   # ints from kernel_one
+    arrays = (n, addr(bases), addr(begins), addr(sizes), addr(types),
+              0 if mappers is None else addr(mappers))           # ints from kernel_many
+    plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
+    if plan is not None:                      # in C: marked, translated, launched, waited
+        ran = steps.launch_present_map(*arrays, plan.spec, plan.first)
+        if ran is None:
+            return False                      # not on mapped data: the general rules
+        if ran:
+            return True
+    found = steps.present_map(*arrays)
     if found is None:
         return False
     try:

@@ -28,6 +28,10 @@ class TableSteps(NamedTuple):
     #: mappers)` (addresses) -> PresentArgs or None, as `present`; None without the
     #: compiled core (the general rules map the list)
     present_map: Callable[..., Any] | None
+    #: and the kernel launched and waited for in C (an OmpLaunchPlan's spec, its first
+    #: argument before the region's): True, False (the caller launches) or None (as
+    #: present_map's None)
+    launch_present_map: Callable[..., Any] | None
 
 
 def choose(table: Any, compiled: Any) -> TableSteps:
@@ -42,4 +46,4 @@ def choose(table: Any, compiled: Any) -> TableSteps:
         pick("update_single_range", table.update_single_range),
         pick("present", None), pick("launch_present", None),
         pick("release", table.release_busy), pick("update_arrays", None),
-        pick("present_map", None))
+        pick("present_map", None), pick("launch_present_map", None))

@@ -16,6 +16,7 @@ from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from . import launch_geometry
 from ._cuda_driver import ffi
+from .accel_specs import OmpLaunchPlan
 from .common import AllocKind
 from .launch_geometry import EXEC_GENERIC, EXEC_GENERIC_SPMD, EXEC_SPMD, GridValues
 
@@ -172,14 +173,19 @@ def geometry(dev: CUDADevice, env: KernelEnvironment, num_teams: int, thread_lim
 _PRINTS: dict[str, bool] = {}        # image digest -> whether it calls vprintf
 
 
+def prints(binary: Any) -> bool:
+    """Whether a kernel of the image may call device printf (CUDA's vprintf)."""
+    found = _PRINTS.get(binary.digest)
+    if found is None:
+        found = _PRINTS[binary.digest] = b"vprintf" in binary.data
+    return found
+
+
 def flush_printf(dev: CUDADevice, binary: Any) -> None:
     """Device printf (CUDA's vprintf) reaches the host only at a synchronizing call,
     which polling for completion is not: after a kernel of an image that prints, one
     context synchronize (nothing is pending by then)."""
-    prints = _PRINTS.get(binary.digest)
-    if prints is None:
-        prints = _PRINTS[binary.digest] = b"vprintf" in binary.data
-    if prints:
+    if prints(binary):
         dev.activate()
         dev.plugin.drv.check(dev.plugin.drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
@@ -211,6 +217,38 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
     return addr, allocs
 
 
+def _grid(dev: CUDADevice, binary: Any, program: Any, env: KernelEnvironment, name: str,
+          teams: int, threads: int, tripcount: int) -> tuple[int, int]:
+    """`geometry` of a loaded kernel, kept by its arguments."""
+    grids = _state(dev).grids
+    key = (id(program), name, teams, threads, tripcount)
+    grid = grids.get(key)
+    if grid is None:
+        grid = geometry(dev, env, teams, threads, tripcount, dev.kernel(binary, name).handle[1])
+        if len(grids) >= _GRIDS:
+            grids.clear()
+        grids[key] = grid
+    return grid
+
+
+def launch_plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
+                tripcount: int) -> OmpLaunchPlan | None:
+    """What `launch` does, as offload/accel_c launches it: the shared launch environment
+    first, LLVM 19's geometry; None for a kernel that needs more around its launch (a
+    reduction's buffers, indirect calls, device printf) or that the core cannot launch."""
+    program = dev.load(binary)
+    if indirect_functions(dev, program) or prints(binary):
+        return None
+    env = kernel_environment(dev, program, name)
+    if env.reduction_data_size:
+        return None
+    blocks, block = _grid(dev, binary, program, env, name, teams, threads, tripcount)
+    spec = dev.accel_launch(dev.kernel(binary, name), blocks, block, 0)
+    if spec is None:
+        return None
+    return OmpLaunchPlan(spec, launch_environment(dev, env, blocks)[0])
+
+
 def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,
            threads: int, tripcount: int) -> tuple[int, int, str]:
     """Run kernel `name` of a loaded image to completion: host function pointers among
@@ -223,15 +261,7 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
     if functions:
         args = [functions.get(a, a) for a in args]
     env = kernel_environment(dev, program, name)
-    grids = _state(dev).grids
-    key = (id(program), name, teams, threads, tripcount)
-    grid = grids.get(key)
-    if grid is None:
-        grid = geometry(dev, env, teams, threads, tripcount, dev.kernel(binary, name).handle[1])
-        if len(grids) >= _GRIDS:
-            grids.clear()
-        grids[key] = grid
-    blocks, block = grid
+    blocks, block = _grid(dev, binary, program, env, name, teams, threads, tripcount)
     launch_env, allocs = launch_environment(dev, env, blocks)
     try:
         dev.plugin.launch_kernel(dev.id, binary, name, [launch_env, *args], blocks, block)

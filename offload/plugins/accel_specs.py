@@ -21,6 +21,15 @@ class LaunchSpec(NamedTuple):
     what: str                       # the launch as an error names it
 
 
+class OmpLaunchPlan(NamedTuple):
+    """How the core launches a clang OpenMP kernel with one geometry in C (the C ABI's
+    regions on mapped data): `spec`, with `first` (its launch environment) before the
+    region's own arguments."""
+
+    spec: LaunchSpec
+    first: int
+
+
 class MemcpyCopier(NamedTuple):
     """Device memory that is host memory: a copy is a memmove (the host plugin)."""
 

@@ -171,6 +171,10 @@ class CUDAKernels(GenericDevice):
                          threads: int, tripcount: int) -> tuple[int, int, str]:
         return _cuda_openmp.launch(self, program, name, args, teams, threads, tripcount)
 
+    def _omp_launch_plan_impl(self, program: Any, name: str, teams: int, threads: int,
+                              tripcount: int) -> Any:
+        return _cuda_openmp.launch_plan(self, program, name, teams, threads, tripcount)
+
     def _omp_requires_impl(self, flags: int) -> None:
         if flags & _REQUIRES_USM and not self._attr("pageable memory access"):
             raise OffloadError(ErrorCode.UNSUPPORTED,

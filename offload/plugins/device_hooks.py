@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .accel_specs import LaunchSpec
+from .accel_specs import LaunchSpec, OmpLaunchPlan
 from .args import GenericKernel
 from .memory_pool import AllocKind
 
@@ -145,6 +145,12 @@ class DeviceHooks:
         execution mode) as the plugin reports them."""
         raise OffloadError(ErrorCode.UNSUPPORTED,
                            f"plugin {self.plugin.name} runs no clang OpenMP images")
+
+    def _omp_launch_plan_impl(self, program: Any, name: str, teams: int, threads: int,
+                              tripcount: int) -> OmpLaunchPlan | None:
+        """How offload/accel_c launches kernel `name` as _omp_launch_impl would, with
+        nothing for Python to do around it, or None (the Python path)."""
+        return None
 
     def _omp_requires_impl(self, flags: int) -> None:
         """Refuse `requires` flags this device cannot honour (by name)."""

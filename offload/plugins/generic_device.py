@@ -12,7 +12,7 @@ from typing import Any
 from .. import _accel, profile, tracing
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .accel_specs import SPECS_KEPT, Copier, LaunchSpec
+from .accel_specs import SPECS_KEPT, Copier, LaunchSpec, OmpLaunchPlan
 from .args import GenericKernel, check_kernel_args
 from .device_hooks import DeviceHooks
 from .exported import ExportedBlocks
@@ -181,6 +181,15 @@ class GenericDevice(DeviceHooks):
                                                              threads, tripcount),
                             tripcount, device_clock=False)
         return self._omp_launch(program, name, args, teams, threads, tripcount)
+
+    def omp_launch_plan(self, program: Any, name: str, teams: int, threads: int,
+                        tripcount: int) -> OmpLaunchPlan | None:
+        """How offload/accel_c may run omp_launch's kernel itself (the vendor's
+        `_omp_launch_plan_impl`), or None: while a profile or a recording watches,
+        omp_launch does it."""
+        if not self.accel_launches or profile.active is not None or self.arena is not None:
+            return None
+        return self._omp_launch_plan_impl(program, name, teams, threads, tripcount)
 
     def _omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                     threads: int, tripcount: int) -> tuple[int, int, str]:

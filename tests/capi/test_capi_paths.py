@@ -371,3 +371,27 @@ def test_an_update_of_nothing_is_done_in_the_c_body_step(spied, monkeypatch):
     assert not a.any()                                      # nothing came back
     _construct("end", a, 0)
     assert len(table) == 0
+
+
+def test_launch_present_map_leaves_a_launch_it_cannot_make(runtime):
+    """launch_present_map on a device whose launches are not the core's (the host plugin:
+    no CUDA copier) returns False with nothing marked (the caller launches); malformed
+    calls raise."""
+    runtime()
+    table = offload.runtime.current().device(0).table
+    step = table.steps.launch_present_map
+    if step is None:
+        pytest.skip("no compiled core in this mode (OFFLOAD_ACCEL=0 or no C compiler): "
+                    "the general rules map every list")
+    a = np.zeros(8, dtype=np.int64)
+    from offload.clauses import MapItem, MapType
+    table.target_data_begin([MapItem(a.ctypes.data, a.nbytes, MapType.TO)])
+    e = table.lookup(a.ctypes.data, a.nbytes)
+    arrays = [(ctypes.c_int64 * 1)(v) for v in (a.ctypes.data, a.ctypes.data, 8, 0x23)]
+    args = (1, *(ctypes.addressof(x) for x in arrays), 0)
+    assert step(*args, (0, 1, 1, 0, (8, 8), "k", "k"), 0) is False and e.busy == 0
+    with pytest.raises(TypeError, match="a LaunchSpec, an int"):
+        step(*args, None, "first")
+    with pytest.raises(TypeError, match="a LaunchSpec, an int"):
+        step(*args)
+    table.target_data_end([MapItem(a.ctypes.data, a.nbytes, MapType.FROM)])
