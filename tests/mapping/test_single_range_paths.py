@@ -209,14 +209,17 @@ def test_a_tables_steps_are_chosen_once_and_no_method_is_replaced(runtime):
     assert shadowed == []
     steps = table.steps
     assert steps._fields == ("begin_single_range", "end_single_range", "update_single_range",
-                             "present", "launch_present", "release_present", "update_arrays")
+                             "present", "launch_present", "release_present", "update_arrays",
+                             "present_map", "launch_present_map")
     if _accelerated():
         assert type(steps.begin_single_range).__name__ == "Method"
     else:
         assert steps.begin_single_range == table.begin_single_range
+    presents = (steps.present, steps.launch_present, steps.present_map,
+                steps.launch_present_map)
     if _accel.load() is None or not table.plugin.config.accel:
-        assert steps.present is None and steps.launch_present is None
-    assert (steps.present is None) == (steps.launch_present is None)
+        assert presents == (None,) * 4
+    assert len({p is None for p in presents}) == 1            # all the core's, or none
 
 
 def test_a_region_on_mapped_data_gets_its_arguments_as_a_typed_record(runtime):
