@@ -26,6 +26,7 @@ DEFAULT_THREADS = 128              # LLVM's GV_Default_WG_Size for NVPTX
 DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
 _GRIDS = 4096                      # geometries kept per device (then forgotten, all)
+_UNPLANNED: Any = object()
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
 
@@ -63,6 +64,9 @@ class _DeviceState:
     #: (module, kernel, num_teams, thread_limit, trip count) -> (blocks, threads): the
     #: geometry is a pure function of these once the module is loaded
     grids: dict[tuple[int, str, int, int, int], tuple[int, int]] = field(default_factory=dict)
+    #: (image digest, kernel, num_teams, thread_limit, trip count) -> launch_plan's answer
+    plans: dict[tuple[str, str, int, int, int], OmpLaunchPlan | None] = field(
+        default_factory=dict)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _DeviceState] = weakref.WeakKeyDictionary()
@@ -235,7 +239,22 @@ def launch_plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: in
                 tripcount: int) -> OmpLaunchPlan | None:
     """What `launch` does, as offload/accel_c launches it: the shared launch environment
     first, LLVM 19's geometry; None for a kernel that needs more around its launch (a
-    reduction's buffers, indirect calls, device printf) or that the core cannot launch."""
+    reduction's buffers, indirect calls, device printf) or that the core cannot launch.
+    Kept by its arguments (a device never unloads an image)."""
+    plans = _state(dev).plans
+    key = (binary.digest, name, teams, threads, tripcount)
+    found = plans.get(key, _UNPLANNED)          # (one get: another thread may clear them)
+    if found is not _UNPLANNED:
+        return found  # type: ignore[no-any-return]
+    plan = _plan(dev, binary, name, teams, threads, tripcount)
+    if len(plans) >= _GRIDS:
+        plans.clear()
+    plans[key] = plan
+    return plan
+
+
+def _plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
+          tripcount: int) -> OmpLaunchPlan | None:
     program = dev.load(binary)
     if indirect_functions(dev, program) or prints(binary):
         return None

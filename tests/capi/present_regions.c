@@ -2,10 +2,12 @@
 // step takes them in one call) beside the ones that must take the general rules (always,
 // a pointer into unmapped memory, a section reaching past its mapping's end is not here:
 // it aborts). Each prints what the host sees after it; LLVM 19 prints the same.
-// tests/capi/test_capi_paths.py counts which path each took.
+// tests/capi/test_capi_paths.py counts which path each took; argv[1]: how many threads run
+// the regions on shared data (4).
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define N 1000
 #define THREADS 4
@@ -58,7 +60,8 @@ static void *worker(void *arg) {                  // regions on shared mapped da
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  const int threads = argc > 1 ? atoi(argv[1]) : THREADS;   // at most THREADS
   for (int i = 0; i < N; i++) {
     a[i] = i;
     b[i] = 2 * i;
@@ -77,9 +80,9 @@ int main(void) {
   printf("a after always: %d (host copy %d)\n", a[3], a[2]);
 #pragma omp target enter data map(to: slots[0:THREADS])
   pthread_t th[THREADS];
-  for (long t = 0; t < THREADS; t++)
+  for (long t = 0; t < threads && t < THREADS; t++)
     pthread_create(&th[t], NULL, worker, (void *)t);
-  for (int t = 0; t < THREADS; t++)
+  for (int t = 0; t < threads && t < THREADS; t++)
     pthread_join(th[t], NULL);
 #pragma omp target exit data map(from: slots[0:THREADS])
 #pragma omp target exit data map(from: a[0:N], b[0:N], c[0:N])
