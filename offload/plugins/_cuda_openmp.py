@@ -27,6 +27,7 @@ DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
 _GRIDS = 4096                      # geometries kept per device (then forgotten, all)
 _UNPLANNED: Any = object()
+_SCRATCH_KEPT = 8                  # reduction environments kept per buffer size
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
 
@@ -64,6 +65,9 @@ class _DeviceState:
     #: (module, kernel, num_teams, thread_limit, trip count) -> (blocks, threads): the
     #: geometry is a pure function of these once the module is loaded
     grids: dict[tuple[int, str, int, int, int], tuple[int, int]] = field(default_factory=dict)
+    #: reduction buffer bytes -> (launch environment, buffer) pairs free for the next
+    #: launch of a kernel that reduces (launch_environment, give_back)
+    scratch: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     #: (image digest, kernel, num_teams, thread_limit, trip count) -> launch_plan's answer
     plans: dict[tuple[str, str, int, int, int], OmpLaunchPlan | None] = field(
         default_factory=dict)
@@ -195,30 +199,60 @@ def flush_printf(dev: CUDADevice, binary: Any) -> None:
 
 
 def launch_environment(dev: CUDADevice, env: KernelEnvironment,
-                       blocks: int) -> tuple[int, list[int]]:
+                       blocks: int) -> tuple[int, tuple[int, int, int] | None]:
     """A KernelLaunchEnvironmentTy {u32 ReductionCnt, u32 ReductionIterCnt, void *Buffer}
-    on the device (argument 0): for a kernel that reduces, a fresh one with a zeroed
-    reduction buffer (the allocations to free after the launch are returned); for any
-    other, one zeroed environment per device, made once (nothing writes it)."""
+    on the device (argument 0) and what to give back after the launch (give_back): for a
+    kernel that reduces, one with a zeroed reduction buffer of its own for this launch
+    (kept by the device for the next launch of that size: LLVM 19 allocates both anew,
+    offload writes them anew); for any other, one zeroed environment per device, made
+    once (nothing writes it), and nothing to give back."""
+    st = _state(dev)
     if not env.reduction_data_size:
-        st = _state(dev)
         if st.launch_env is not None:
-            return st.launch_env, []
+            return st.launch_env, None
         with _lock:
             shared = st.launch_env
             if shared is None:
                 shared = dev.alloc(16, AllocKind.DEVICE)
                 _write(dev, shared, bytes(16))
                 st.launch_env = shared
-        return shared, []
+        return shared, None
     n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
-    buffer = dev.alloc(n, AllocKind.DEVICE)
-    allocs = [buffer]
-    dev.plugin.data_fill(dev.id, buffer, 0, n)
-    addr = dev.alloc(16, AllocKind.DEVICE)
-    allocs.append(addr)
-    _write(dev, addr, struct.pack("<IIQ", 0, 0, buffer))
-    return addr, allocs
+    with _lock:
+        kept = st.scratch.get(n)
+        pair = kept.pop() if kept else None
+    if pair is None:
+        buffer = dev.alloc(n, AllocKind.DEVICE)
+        try:
+            pair = (dev.alloc(16, AllocKind.DEVICE), buffer)
+        except BaseException:
+            dev.free(buffer)
+            raise
+    token = (n, *pair)
+    try:
+        dev.plugin.data_fill(dev.id, pair[1], 0, n)
+        _write(dev, pair[0], struct.pack("<IIQ", 0, 0, pair[1]))
+    except BaseException:
+        give_back(dev, token)
+        raise
+    return pair[0], token
+
+
+def give_back(dev: CUDADevice, token: tuple[int, int, int] | None) -> None:
+    """A reduction's launch environment and buffer (launch_environment's token), once its
+    launch has finished: kept for the next (at most _SCRATCH_KEPT of a size), else freed."""
+    if token is None:
+        return
+    n, addr, buffer = token
+    st = _state(dev)
+    with _lock:
+        kept = st.scratch.setdefault(n, [])
+        keep = len(kept) < _SCRATCH_KEPT
+        if keep:
+            kept.append((addr, buffer))
+    if not keep:
+        dev.free(addr)
+        dev.free(buffer)
 
 
 def _grid(dev: CUDADevice, binary: Any, program: Any, env: KernelEnvironment, name: str,
@@ -281,11 +315,10 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
         args = [functions.get(a, a) for a in args]
     env = kernel_environment(dev, program, name)
     blocks, block = _grid(dev, binary, program, env, name, teams, threads, tripcount)
-    launch_env, allocs = launch_environment(dev, env, blocks)
+    launch_env, token = launch_environment(dev, env, blocks)
     try:
         dev.plugin.launch_kernel(dev.id, binary, name, [launch_env, *args], blocks, block)
         flush_printf(dev, binary)
     finally:
-        for p in allocs:
-            dev.free(p)
+        give_back(dev, token)
     return blocks, block, _MODE_NAMES.get(env.exec_mode, "Generic")

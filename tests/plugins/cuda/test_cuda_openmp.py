@@ -1,5 +1,6 @@
 """The CUDA plugin's rules for clang-19 nvptx OpenMP kernels (issue 18) that need no GPU:
 the kernel environment's layout and LLVM 19's launch geometry."""
+import ctypes
 import dataclasses
 import struct
 
@@ -118,3 +119,64 @@ def test_bad_geometry_values_are_named_in_python(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(OffloadError, match=name):
         config.read()
+
+
+class ScratchDevice:
+    """What launch_environment and give_back use of a CUDA device, recorded: device
+    memory as numbered blocks, fills and writes as (address, bytes)."""
+
+    def __init__(self, fail_fill=False):
+        self.id, self.next, self.live, self.done = 0, 0x1000, set(), []
+        self.fail_fill = fail_fill
+        dev = self
+
+        class Plugin:
+            def data_fill(self, d, addr, value, n):
+                if dev.fail_fill:
+                    raise OffloadError(omp.ErrorCode.BACKEND_FAILURE, "fill failed")
+                dev.done.append(("fill", addr, n))
+
+            def data_submit(self, d, addr, host, n):
+                dev.done.append(("write", addr, ctypes.string_at(host, n)))
+        self.plugin = Plugin()
+
+    def alloc(self, n, kind):
+        self.next += 0x1000
+        self.live.add(self.next)
+        return self.next
+
+    def free(self, addr):
+        self.live.remove(addr)
+
+
+def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch():
+    """LLVM 19 allocates a reducing kernel's launch environment and buffer per launch;
+    offload keeps them for the next launch of that size, zeroing the buffer and writing
+    ReductionCnt = ReductionIterCnt = 0 each time; two launches at once get two pairs;
+    beyond _SCRATCH_KEPT of a size they are freed; a failed fill gives its pair back."""
+    dev = ScratchDevice()
+    red = env(omp.EXEC_SPMD, red=8)
+    addr, token = omp.launch_environment(dev, red, 4)
+    assert token == (8, addr, token[2]) and dev.live == {addr, token[2]}
+    assert dev.done == [("fill", token[2], 8),
+                        ("write", addr, struct.pack("<IIQ", 0, 0, token[2]))]
+    second, other = omp.launch_environment(dev, red, 4)         # while the first runs
+    assert second != addr and len(dev.live) == 4
+    omp.give_back(dev, token)
+    omp.give_back(dev, other)
+    dev.done.clear()
+    again, token = omp.launch_environment(dev, red, 4)          # a kept pair, rewritten
+    assert again in (addr, second) and len(dev.live) == 4
+    assert dev.done == [("fill", token[2], 8),
+                        ("write", again, struct.pack("<IIQ", 0, 0, token[2]))]
+    omp.give_back(dev, token)
+    tokens = [omp.launch_environment(dev, red, 4)[1] for _ in range(omp._SCRATCH_KEPT + 2)]
+    for t in tokens:
+        omp.give_back(dev, t)
+    assert len(dev.live) == 2 * omp._SCRATCH_KEPT                # the rest freed
+    dev.fail_fill = True
+    with pytest.raises(OffloadError, match="fill failed"):
+        omp.launch_environment(dev, red, 4)
+    assert len(dev.live) == 2 * omp._SCRATCH_KEPT                # its pair kept, not lost
+    plain, nothing = omp.launch_environment(ScratchDevice(), env(omp.EXEC_SPMD), 4)
+    assert nothing is None and plain                             # the shared one
