@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,8 @@ WARP = 32
 DEFAULT_THREADS = 128              # LLVM's GV_Default_WG_Size for NVPTX
 DEFAULT_TEAMS = 3200               # LLVM's GV_Default_Num_Teams for NVPTX
 POOL_BYTES = 64 << 20              # __omp_rtl_device_memory_pool
-_GRIDS = 4096                      # geometries kept per device (then forgotten, all)
-_UNPLANNED: Any = object()
+_KEPT = 4096                       # geometries, plans kept per device (then forgotten, all)
+_UNMADE: Any = object()
 _SCRATCH_KEPT = 8                  # reduction environments kept per buffer size
 _MODE_NAMES = {EXEC_GENERIC: "Generic", EXEC_SPMD: "SPMD", EXEC_GENERIC_SPMD: "Generic-SPMD"}
 
@@ -62,9 +62,9 @@ class _DeviceState:
     launch_env: int | None = None
     envs: dict[tuple[int, str], KernelEnvironment] = field(default_factory=dict)
     indirect: dict[int, dict[int, int]] = field(default_factory=dict)
-    #: (module, kernel, num_teams, thread_limit, trip count) -> (blocks, threads): the
-    #: geometry is a pure function of these once the module is loaded
-    grids: dict[tuple[int, str, int, int, int], tuple[int, int]] = field(default_factory=dict)
+    #: (image digest, kernel, num_teams, thread_limit, trip count) -> (blocks, threads):
+    #: the geometry is a pure function of these once the image is loaded
+    grids: dict[tuple[str, str, int, int, int], tuple[int, int]] = field(default_factory=dict)
     #: reduction buffer bytes -> (launch environment, buffer) pairs free for the next
     #: launch of a kernel that reduces (launch_environment, give_back)
     scratch: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
@@ -255,18 +255,12 @@ def give_back(dev: CUDADevice, token: tuple[int, int, int] | None) -> None:
         dev.free(buffer)
 
 
-def _grid(dev: CUDADevice, binary: Any, program: Any, env: KernelEnvironment, name: str,
+def _grid(dev: CUDADevice, binary: Any, env: KernelEnvironment, name: str,
           teams: int, threads: int, tripcount: int) -> tuple[int, int]:
     """`geometry` of a loaded kernel, kept by its arguments."""
-    grids = _state(dev).grids
-    key = (id(program), name, teams, threads, tripcount)
-    grid = grids.get(key)
-    if grid is None:
-        grid = geometry(dev, env, teams, threads, tripcount, dev.kernel(binary, name).handle[1])
-        if len(grids) >= _GRIDS:
-            grids.clear()
-        grids[key] = grid
-    return grid
+    return _kept(_state(dev).grids, (binary.digest, name, teams, threads, tripcount),
+                 lambda: geometry(dev, env, teams, threads, tripcount,
+                                  dev.kernel(binary, name).handle[1]))
 
 
 def launch_plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
@@ -275,16 +269,20 @@ def launch_plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: in
     first, LLVM 19's geometry; None for a kernel that needs more around its launch (a
     reduction's buffers, indirect calls, device printf) or that the core cannot launch.
     Kept by its arguments (a device never unloads an image)."""
-    plans = _state(dev).plans
-    key = (binary.digest, name, teams, threads, tripcount)
-    found = plans.get(key, _UNPLANNED)          # (one get: another thread may clear them)
-    if found is not _UNPLANNED:
-        return found  # type: ignore[no-any-return]
-    plan = _plan(dev, binary, name, teams, threads, tripcount)
-    if len(plans) >= _GRIDS:
-        plans.clear()
-    plans[key] = plan
-    return plan
+    return _kept(_state(dev).plans, (binary.digest, name, teams, threads, tripcount),
+                 lambda: _plan(dev, binary, name, teams, threads, tripcount))
+
+
+def _kept(cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
+    """cache[key], made by make() the first time (all forgotten at _KEPT entries; one get:
+    another thread may clear them)."""
+    found = cache.get(key, _UNMADE)
+    if found is _UNMADE:
+        found = make()
+        if len(cache) >= _KEPT:
+            cache.clear()
+        cache[key] = found
+    return found
 
 
 def _plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
@@ -295,7 +293,7 @@ def _plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
     env = kernel_environment(dev, program, name)
     if env.reduction_data_size:
         return None
-    blocks, block = _grid(dev, binary, program, env, name, teams, threads, tripcount)
+    blocks, block = _grid(dev, binary, env, name, teams, threads, tripcount)
     spec = dev.accel_launch(dev.kernel(binary, name), blocks, block, 0)
     if spec is None:
         return None
@@ -314,7 +312,7 @@ def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: 
     if functions:
         args = [functions.get(a, a) for a in args]
     env = kernel_environment(dev, program, name)
-    blocks, block = _grid(dev, binary, program, env, name, teams, threads, tripcount)
+    blocks, block = _grid(dev, binary, env, name, teams, threads, tripcount)
     launch_env, token = launch_environment(dev, env, blocks)
     try:
         dev.plugin.launch_kernel(dev.id, binary, name, [launch_env, *args], blocks, block)

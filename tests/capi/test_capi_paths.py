@@ -34,6 +34,16 @@ def _construct(lib, kind, a, t, dev=0, begin=None, size=None):
     fn(None, dev, 1, bases, begins, sizes, types, None, None)
 
 
+def _count(monkeypatch, calls, module, name, key=None):
+    """Count the calls of module.name in calls[key or name] (for this test)."""
+    real = getattr(module, name)
+
+    def counted(*args, **kw):
+        calls[key or name] = calls.get(key or name, 0) + 1
+        return real(*args, **kw)
+    monkeypatch.setattr(module, name, counted)
+
+
 @pytest.fixture
 def spied(runtime, monkeypatch, ours):  # noqa: F811
     runtime()
@@ -182,12 +192,7 @@ def test_regions_of_one_plain_section_through_the_c_body(spied, watch, monkeypat
     the result is the same."""
     from offload.capi import maps
     table, calls, _ = spied
-    decode = maps.decode
-
-    def counted(*args, **kw):
-        calls["decode"] = calls.get("decode", 0) + 1
-        return decode(*args, **kw)
-    monkeypatch.setattr(maps, "decode", counted)
+    _count(monkeypatch, calls, maps, "decode")
     if watch == "info":
         table.info = 0x20
     elif watch == "traced":
@@ -242,7 +247,6 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
     from offload import _accel
     from offload.capi import kernels, maps
     table, calls, _ = spied
-    decode, launch = maps.decode, kernels._run_kernel
     taken = []
     step = table.steps.present_map
     compiled = _accel.load() is not None and offload.runtime.current().config.accel
@@ -254,15 +258,8 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
             return found
         monkeypatch.setattr(table, "steps", table.steps._replace(present_map=present_map))
 
-    def counted(*args, **kw):
-        calls["decode"] = calls.get("decode", 0) + 1
-        return decode(*args, **kw)
-
-    def run(*args, **kw):
-        calls["run"] = calls.get("run", 0) + 1
-        return launch(*args, **kw)
-    monkeypatch.setattr(maps, "decode", counted)
-    monkeypatch.setattr(kernels, "_run_kernel", run)
+    _count(monkeypatch, calls, maps, "decode")
+    _count(monkeypatch, calls, kernels, "_run_kernel", "run")
     m = offload.compile_openmp(ON_MAPPED)
     a = np.arange(1000, dtype=np.int32)
     b = np.zeros(1000, dtype=np.int32)
@@ -353,12 +350,7 @@ def test_an_update_of_nothing_is_done_in_the_c_body_step(spied, monkeypatch):
     check that a mapping holds it (LLVM's zero-length lookup: no error here)."""
     from offload.capi import maps
     table, calls, _construct = spied
-    decode = maps.decode
-
-    def counted(*args, **kw):
-        calls["decode"] = calls.get("decode", 0) + 1
-        return decode(*args, **kw)
-    monkeypatch.setattr(maps, "decode", counted)
+    _count(monkeypatch, calls, maps, "decode")
     a = np.arange(1000, dtype=np.int32)
     _construct("begin", a, TO)
     a[:] = 0
