@@ -329,7 +329,8 @@ def _target(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Dev
 def _launch_single(tgt: int, k: GenericKernel, args: Sequence[Any], arr: Any, gen: Any,
                    teams: int | None, threads: int | None, shared_mem: int) -> None:
     """The kernel of a single-range region, `arr` passed as its device address `tgt`."""
-    gen.launch(k, [tgt if a is arr else _by_value(a) for a in args], teams, threads, None,
+    gen.launch(k, [tgt] if len(args) == 1 and args[0] is arr else
+               [tgt if a is arr else _by_value(a) for a in args], teams, threads, None,
                shared_mem)
 
 

@@ -248,6 +248,9 @@ _KINDS_KEPT = 64          # accepted argument kinds remembered per kernel
 def argument_kinds(args: Sequence[Any]) -> tuple | None:
     """What `check_arguments` judges of `args`: each one's dtype (a plain array) or type
     (a number); None when an argument is judged by more (bytes, subclasses, objects)."""
+    if len(args) == 1 and type(args[0]) is np.ndarray:     # the common region: one array
+        a = args[0]
+        return (a.dtype if a.flags.c_contiguous else (a.dtype, a.strides),)
     kinds = []
     for a in args:
         t = type(a)

@@ -257,6 +257,13 @@ class HostDevice(GenericDevice):
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         ffi, fn, direct, pointers, chars = kernel.handle
+        if direct is not None and queue is None and not chars and \
+                len(args) == len(kernel.params):
+            try:                 # addresses as ints: cffi refuses anything else unrun
+                direct(*args)
+                return
+            except (TypeError, OverflowError):
+                pass                 # converted below, or named by the check
         if chars:
             args = list(args)
             for i in chars:

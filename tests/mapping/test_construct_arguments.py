@@ -34,3 +34,23 @@ def test_an_array_in_another_element_order_is_refused_for_a_pointer(rt, add_one,
     with pytest.raises(offload.OffloadError, match="expected a C-ordered .*ascontiguousarray"):
         offload.target(add_one.scale, a, a.size, 2.0, device=0)
     assert (a == 0).all() and state()["devices"][0]["mappings"] == 0
+
+
+def test_the_quick_paths_pass_each_argument_as_given(rt):
+    """A region of one clause whose only argument is not the mapped array passes that
+    argument (a number; a float to a pointer parameter is refused by name), and a region
+    on its mapped array alone passes the array's device address; through the quick paths
+    as through the general ones."""
+    k = offload.compile_c("static long seen;\n"
+                          "void take(long v) { seen = v; }\n"
+                          "void report(long *out) { out[0] = seen; }\n"
+                          "void keep(long *p) { p[1] = (long)p; }\n")
+    a = np.zeros(4, dtype=np.int64)
+    offload.target(k.take, 7, map=[offload.tofrom(a)], device=0)
+    offload.target(k.report, a, map=[offload.tofrom(a)], device=0)
+    assert a[0] == 7
+    offload.target(k.keep, a, map=[offload.tofrom(a)], device=0)
+    assert a[1] != 0 and a[1] != a.ctypes.data               # the device copy's address
+    with pytest.raises(offload.OffloadError, match="report"):
+        offload.target(k.report, 1.5, map=[offload.tofrom(a)], device=0)
+    assert state()["devices"][0]["mappings"] == 0
