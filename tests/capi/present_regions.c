@@ -3,7 +3,8 @@
 // a pointer into unmapped memory, a section reaching past its mapping's end is not here:
 // it aborts). Each prints what the host sees after it; LLVM 19 prints the same.
 // tests/capi/test_capi_paths.py counts which path each took; argv[1]: how many threads run
-// the regions on shared data (4).
+// the regions on shared data (4). Last, one thread runs regions on a mapping while another
+// enters and exits it (its count never reaching 0): no increment may be lost.
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +61,27 @@ static void *worker(void *arg) {                  // regions on shared mapped da
   return NULL;
 }
 
+static int counter[1];
+
+static void *toggler(void *arg) {                 // references on the same mapping, never 0
+  (void)arg;
+  for (int r = 0; r < ROUNDS; r++) {
+#pragma omp target enter data map(to: counter[0:1])
+#pragma omp target exit data map(release: counter[0:1])
+  }
+  return NULL;
+}
+
+static void *bumper(void *arg) {                  // regions on it meanwhile: present_map's
+  (void)arg;
+  int *c = counter, *pa = a;
+  for (int r = 0; r < ROUNDS; r++) {
+#pragma omp target
+    { c[0] += 1 + pa[0]; }
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   const int threads = argc > 1 ? atoi(argv[1]) : THREADS;   // at most THREADS
   for (int i = 0; i < N; i++) {
@@ -88,6 +110,14 @@ int main(int argc, char **argv) {
 #pragma omp target exit data map(from: a[0:N], b[0:N], c[0:N])
   printf("a: %d %d %d %d\n", a[2], a[3], a[4], a[10]);
   printf("slots: %ld %ld %ld %ld\n", slots[0], slots[1], slots[2], slots[3]);
+#pragma omp target enter data map(to: a[0:N], counter[0:1])
+  pthread_t pair[2];
+  pthread_create(&pair[0], NULL, toggler, NULL);
+  pthread_create(&pair[1], NULL, bumper, NULL);
+  pthread_join(pair[0], NULL);
+  pthread_join(pair[1], NULL);
+#pragma omp target exit data map(from: counter[0:1]) map(release: a[0:N])
+  printf("counter: %d\n", counter[0]);
   printf("present after: %d\n", omp_target_is_present(a, omp_get_default_device()));
   return 0;
 }
