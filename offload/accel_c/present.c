@@ -138,6 +138,8 @@ static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
 #define MAP_TAKEN (0x1ULL | 0x2ULL | MAP_TARGET_PARAM | MAP_LITERAL | 0x200ULL | 0x400ULL | \
                    0x1000ULL | 0x2000ULL)
 #define MAP_MAX 64
+#define PRESENT_MAP_USAGE "present_map(n, bases, begins, sizes, types, mappers): a count " \
+                          "and five addresses"
 
 /* The first half of present_map over its six arguments (`args`: n and five addresses),
  * with `first` (or NULL) put before the kernel's arguments: 1 with *kargs_out and
@@ -201,8 +203,7 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
   *marked_out = marked;
   return 1;
 usage:
-  PyErr_SetString(PyExc_TypeError, "present_map(n, bases, begins, sizes, types, mappers): "
-                  "a count and five addresses");
+  PyErr_SetString(PyExc_TypeError, PRESENT_MAP_USAGE);
   return -1;
 fail:
   Py_XDECREF(kargs);
@@ -222,8 +223,7 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
                                    PyObject *kwnames) {
   PyObject *kargs, *marked;
   if (kwnames || PyVectorcall_NARGS(nargsf) != 6) {
-    PyErr_SetString(PyExc_TypeError, "present_map(n, bases, begins, sizes, types, mappers): "
-                    "a count and five addresses");
+    PyErr_SetString(PyExc_TypeError, PRESENT_MAP_USAGE);
     return NULL;
   }
   int got = mark_map(a, args, NULL, &kargs, &marked);

@@ -194,7 +194,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
     try:
         _run_kernel(dev, fn, name, found.kernel_args, teams, threads, tripcount)
     finally:
-        dev.table.steps.release_present(found.marked)
+        steps.release_present(found.marked)
     return True
 
 

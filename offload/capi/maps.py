@@ -194,16 +194,20 @@ def single_section(dev: Device, base: int, begin: int, size: int, type: int) -> 
     motion) take a construct's one component: a non-empty array section from its base,
     with no bits but TO, FROM and TARGET_PARAM, on a table not observed (the one rule of
     the drop-in's fewer-steps path)."""
-    return not (dev.table.observed or type & ~(_TO | _FROM | TARGET_PARAM) or size <= 0
-                or base != begin)
+    return _plain(dev, type) and size > 0 and base == begin
 
 
 def empty_update(dev: Device, size: int, type: int) -> bool:
     """Whether a target update's one component is one the table passes over
     (MappingTable.skips_update: zero bytes, no `present`) with no bit but TO, FROM and
     TARGET_PARAM, on a table not observed: BabelStream's `update from(a[0:0])`."""
-    return not (dev.table.observed or type & ~(_TO | _FROM | TARGET_PARAM)) and \
-        dev.table.skips_update(size, type)
+    return _plain(dev, type) and dev.table.skips_update(size, type)
+
+
+def _plain(dev: Device, type: int) -> bool:
+    """No bit but TO, FROM and TARGET_PARAM, on a table not observed (no INFO line or
+    listener the fewer steps would leave out)."""
+    return not (dev.table.observed or type & ~(_TO | _FROM | TARGET_PARAM))
 
 
 def single_section_arg(dev: Device, args: list[Arg]) -> Arg | None:

@@ -172,9 +172,9 @@ class GenericDevice(DeviceHooks):
 
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                    threads: int, tripcount: int) -> tuple[int, int, str]:
-        p = profile.active
-        if p is None and self.arena is None:
+        if not self._omp_watched():
             return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
+        p = profile.active
         if p is not None:
             return p.kernel(self, self.plugin.name, self.id, name, len(args), teams, threads,
                             None, lambda q: self._omp_launch(program, name, args, teams,
@@ -187,9 +187,13 @@ class GenericDevice(DeviceHooks):
         """How offload/accel_c may run omp_launch's kernel itself (the vendor's
         `_omp_launch_plan_impl`), or None: while a profile or a recording watches,
         omp_launch does it."""
-        if not self.accel_launches or profile.active is not None or self.arena is not None:
+        if not self.accel_launches or self._omp_watched():
             return None
         return self._omp_launch_plan_impl(program, name, teams, threads, tripcount)
+
+    def _omp_watched(self) -> bool:
+        """Whether a profile or a kernel recording watches this device's launches."""
+        return profile.active is not None or self.arena is not None
 
     def _omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                     threads: int, tripcount: int) -> tuple[int, int, str]:

@@ -19,6 +19,13 @@ int main(void) {
 #pragma omp target update to(present : p[0:0])  // inside a's mapping: nothing to check
 #pragma omp target update from(present : a[2:0])
   printf("after empty updates: a[4]=%d a[5]=%d\n", a[4], a[5]);
+#pragma omp target enter data map(present, to : p[0:0])   // every construct, present and
+#pragma omp target exit data map(present, release : p[0:0])   // empty, inside the mapping
+#pragma omp target data map(present, tofrom : p[0:0])
+  {
+#pragma omp target update to(present : a[9:0])
+  }
+  printf("still present: %d\n", omp_target_is_present(a, 0));
 #pragma omp target exit data map(from : a[0:10])
   printf("a[4]=%d\n", a[4]);
   return 0;
