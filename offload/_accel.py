@@ -160,7 +160,7 @@ def accelerate(table: Any, core: Any, dev: Any, kind: Any,
     C-ABI kernel region's map arrays (capi/kernels.py); update_arrays: target_update of
     one whole array (api.py). The C calls fall back to
     `begin_py`, `end_py`, `update_py` (the Python methods) for what they do not take;
-    `release_py` frees an entry whose last copy back ran unlocked.
+    `release_py` frees an entry the pool does not take back after an unlocked copy.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
     update: where the device gives a copier (GenericDevice.accel_copier). None with
     OFFLOAD_ACCEL=0 or without the extension."""

@@ -11,9 +11,10 @@
  * are the table's and the device's own, taken without blocking. On host memory, copies up
  * to `limit` bytes are a memcpy under the table lock; larger ones run as the Python methods
  * run them, outside it and without the GIL: a new mapping is in the table with its `ready`
- * lock held until its first copy is done, and a mapping's last copy back runs after it left
- * the table (then MappingTable._release frees it). On CUDA, an update's pinned copy and a
- * region's launch run through the driver's entry points on streams of the device.
+ * lock held until its first copy is done, and a mapping's last copy back runs with its
+ * `ready` lock held the same way, the mapping taken out once it is done. On CUDA, an
+ * update's pinned copy and a region's launch run through the driver's entry points on
+ * streams of the device.
  *
  * The parts, included here in this order as one translation unit (their functions stay
  * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c, update.c,
@@ -271,6 +272,9 @@ static PyMethodDef methods[] = {
     {"single_range", single_range, METH_O,
      "single_range(clause) -> MapClause.single_range(clause): (address, size, type, array, read-only) or "
      "None."},
+    {"copy_back_hook", set_copy_back_hook, METH_O,
+     "copy_back_hook(hook or None), tests: hook(host, tgt, size) runs before each copy back "
+     "made outside the table's lock, its entry held; what it raises fails that copy."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, "
      "release_py, update_py, limit, stage, copier) -> CompiledSteps for one MappingTable."},

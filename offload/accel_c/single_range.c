@@ -151,6 +151,117 @@ done:
   return result;
 }
 
+/* (Device lock held.) Whether the device's pool takes back the block at `key`: 1 with its
+ * size and its size's free list (NULL: none yet), 0 when its record is not this kind's or
+ * the pool keeps no more (nothing changed: MappingTable._release frees it), -1 on error. */
+static int pool_takes(Accel *a, PyObject *key, Py_ssize_t *size, PyObject **blocks) {
+  long long limit, bytes, sz;
+  PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
+  if (!rec || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 2 ||
+      PyTuple_GET_ITEM(rec, 1) != R(a, KIND) || !as_size(PyTuple_GET_ITEM(rec, 0), &sz) ||
+      !attr_size(R(a, POOL), s_limit, &limit) || !attr_size(R(a, POOL), s_bytes, &bytes) ||
+      sz <= 0 || sz > limit || bytes + sz > limit)
+    return PyErr_Occurred() ? -1 : 0;
+  *size = (Py_ssize_t)sz;
+  *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), PyTuple_GET_ITEM(rec, 0));
+  if ((*blocks && !PyList_CheckExact(*blocks)) || PyErr_Occurred())
+    return PyErr_Occurred() ? -1 : 0;
+  return 1;
+}
+
+/* (Device lock held.) The block at `key`, of `size` bytes, back on the pool's free list
+ * `blocks` (NULL: a new one), as GenericDevice.free's pool step: 0, or -1 on error. */
+static int pool_give(Accel *a, PyObject *key, Py_ssize_t size, PyObject *blocks) {
+  PyObject *sz = PyLong_FromSsize_t(size);
+  long long bytes = 0;
+  PyObject *nbytes = sz && attr_size(R(a, POOL), s_bytes, &bytes)
+                         ? PyLong_FromLongLong(bytes + size) : NULL;
+  int bad = !sz || !nbytes || PyDict_DelItem(R(a, ALLOCS), key) < 0 ||
+            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
+  if (!bad && blocks) {
+    bad = PyList_Append(blocks, key) < 0;
+  } else if (!bad) {
+    PyObject *fresh = PyList_New(1);
+    bad = !fresh;
+    if (fresh) {
+      Py_INCREF(key);
+      PyList_SET_ITEM(fresh, 0, key);
+      bad = PyDict_SetItem(R(a, POOL_FREE), sz, fresh) < 0;
+      Py_DECREF(fresh);
+    }
+  }
+  if (!bad)
+    bad = PyObject_SetAttr(R(a, POOL), s_bytes, nbytes) < 0;
+  Py_XDECREF(sz);
+  Py_XDECREF(nbytes);
+  return bad ? -1 : 0;
+}
+
+/* Tests: called as hook(host, tgt, size) before each copy back made outside the locks,
+ * the entry held; what it raises fails the copy (copy_back_hook(hook or None)). */
+static PyObject *copy_back_hook;
+
+static PyObject *set_copy_back_hook(PyObject *self, PyObject *hook) {
+  (void)self;
+  Py_XSETREF(copy_back_hook, hook == Py_None ? NULL : Py_NewRef(hook));
+  Py_RETURN_NONE;
+}
+
+/* The end of a last copy back made outside the locks, `copied` or failed with the
+ * exception set (MappingTable._leave's rule, for an entry this call alone held: no other
+ * thread counted it meanwhile): counted, the entry taken out unless mapped again (then
+ * marked failed for those that waited), its block back on the pool (else
+ * MappingTable._release frees it), then its `ready` let go. Takes the caller's reference
+ * to `f`. */
+static PyObject *leave_held(Accel *a, PyObject *f, Py_ssize_t n, int copied) {
+  PyObject *et, *ev, *tb, *held = Py_NewRef(F(f, READY)), *gone_owner = NULL;
+  PyErr_Fetch(&et, &ev, &tb);                   /* what the failed copy raised */
+  if (copied && add_stat(a, s_from_unpinned, n) < 0)
+    PyErr_Fetch(&et, &ev, &tb);
+  wait_table_lock(a);
+  long long dyn = 1, hold = 1;
+  int gone = as_size(F(f, DYN), &dyn) && as_size(F(f, HOLD), &hold) && dyn + hold == 0;
+  PyErr_Clear();
+  PyObject *was;
+  put(f, READY, Py_NewRef(Py_None), &was);
+  Py_XDECREF(was);
+  if (gone) {
+    core_remove(a->core, f);
+    put(f, FAILED, Py_NewRef(Py_True), &was);
+    Py_XDECREF(was);
+  }
+  int pooled = 0;
+  Py_ssize_t size = 0;
+  PyObject *blocks = NULL, *key = F(f, TGT_BEGIN);
+  if (gone && try_device_lock(a)) {
+    pooled = pool_takes(a, key, &size, &blocks) == 1 && pool_give(a, key, size, blocks) == 0;
+    PyErr_Clear();                                 /* not taken: Python frees it */
+    give_device_lock(a);
+    if (pooled)
+      put(f, OWNER, Py_NewRef(Py_None), &gone_owner);
+  }
+  give_table_lock(a);
+  Py_XDECREF(gone_owner);
+  if (gone && !pooled) {
+    PyObject *call[2] = {R(a, TABLE), f};       /* MappingTable._release: free, unpin */
+    PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
+    if (r)
+      Py_DECREF(r);
+    else if (!et)
+      PyErr_Fetch(&et, &ev, &tb);
+    else
+      PyErr_WriteUnraisable(R(a, RELEASE_PY));
+  }
+  unlock_lock(held);
+  Py_DECREF(held);
+  Py_DECREF(f);
+  if (et) {
+    PyErr_Restore(et, ev, tb);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 /* end_single_range(p, n, t, owner, e=None, copy_back=True), as MappingTable.end_single_range. */
 static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -202,27 +313,41 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
       goto slow;
   }
   int big = last && n > a->limit;        /* released outside the locks */
-  if (big && back && (t & 2))
-    goto slow;        /* a copy back outside the lock: Python keeps the entry until done */
-  if (last && !big) {
-    long long limit, bytes, sz;
-    if (!(dev_locked = try_device_lock(a)))
-      goto slow;
-    PyObject *rec = PyDict_GetItemWithError(R(a, ALLOCS), key);
-    if (!rec || !PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 2 ||
-        PyTuple_GET_ITEM(rec, 1) != R(a, KIND) || !as_size(PyTuple_GET_ITEM(rec, 0), &sz) ||
-        !attr_size(R(a, POOL), s_limit, &limit) || !attr_size(R(a, POOL), s_bytes, &bytes) ||
-        sz <= 0 || sz > limit || bytes + sz > limit)
-      goto slow;                          /* the pool keeps no more: Python frees it */
-    size = (Py_ssize_t)sz;
-    blocks = PyDict_GetItemWithError(R(a, POOL_FREE), PyTuple_GET_ITEM(rec, 0));
-    if ((blocks && !PyList_CheckExact(blocks)) || PyErr_Occurred())
-      goto slow;
+  PyObject *held = NULL;                 /* a copy back outside them: the entry held */
+  if (big && back && (t & 2)) {
+    held = PyObject_CallNoArgs(R(a, NEW_LOCK));
+    PyObject *got = held ? PyObject_CallMethodNoArgs(held, s_acquire) : NULL;
+    if (!got) {
+      Py_XDECREF(held);
+      goto done;
+    }
+    Py_DECREF(got);
   }
+  if (last && !big && ((dev_locked = try_device_lock(a)) == 0 ||
+                       pool_takes(a, key, &size, &blocks) != 1))
+    goto slow;                          /* the pool keeps no more: Python frees it */
   /* every check passed: the changes (the counts checked above: the unmark cannot fail
    * once the unreference did, and `last` is what the unreference finds) */
-  if (entry_unreference(f, 0, 0, &last) < 0 || (own && entry_unmark(f) < 0))
+  if (entry_unreference(f, 0, 0, &last) < 0 || (own && entry_unmark(f) < 0)) {
+    Py_XDECREF(held);
     goto done;
+  }
+  if (held) {                      /* who finds it waits on `ready` until it is left */
+    PyObject *was;
+    put(f, READY, held, &was);
+    Py_XDECREF(was);
+    Py_INCREF(f);
+    give_table_lock(a);
+    PyObject *r = copy_back_hook ? PyObject_CallFunction(copy_back_hook, "KKn",
+        (unsigned long long)p, (unsigned long long)tgt, n) : Py_NewRef(Py_None);
+    if (r) {
+      Py_DECREF(r);
+      Py_BEGIN_ALLOW_THREADS
+      memcpy((void *)p, (const void *)tgt, (size_t)n);
+      Py_END_ALLOW_THREADS
+    }
+    return leave_held(a, f, n, r != NULL);
+  }
   if (big) {
     core_take(core, at);                          /* its reference is ours now */
     give_table_lock(a);                           /* nothing to copy back: free it */
@@ -242,28 +367,7 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
       memcpy((void *)p, (const void *)tgt, (size_t)n);
       bad = add_stat(a, s_from_unpinned, n) < 0;
     }
-    PyObject *sz = PyLong_FromSsize_t(size);
-    long long bytes = 0;
-    PyObject *nbytes = sz && attr_size(R(a, POOL), s_bytes, &bytes)
-                           ? PyLong_FromLongLong(bytes + size) : NULL;
-    bad = bad || !sz || !nbytes || PyDict_DelItem(R(a, ALLOCS), key) < 0 ||
-          PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0;
-    if (!bad && blocks) {
-      bad = PyList_Append(blocks, key) < 0;
-    } else if (!bad) {
-      PyObject *fresh = PyList_New(1);
-      bad = !fresh;
-      if (fresh) {
-        Py_INCREF(key);
-        PyList_SET_ITEM(fresh, 0, key);
-        bad = PyDict_SetItem(R(a, POOL_FREE), sz, fresh) < 0;
-        Py_DECREF(fresh);
-      }
-    }
-    if (!bad)
-      bad = PyObject_SetAttr(R(a, POOL), s_bytes, nbytes) < 0;
-    Py_XDECREF(sz);
-    Py_XDECREF(nbytes);
+    bad = bad || pool_give(a, key, size, blocks) < 0;
     Py_DECREF(key);
     Py_INCREF(Py_None);
     put(f, OWNER, Py_None, &gone_owner);     /* dropped after the locks */

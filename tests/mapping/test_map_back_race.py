@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import offload
+from offload import _accel
 from offload.testing import state
 
 KIB4, MIB = 4096, 1 << 20
@@ -21,6 +22,46 @@ def kernels():
         "void add_one(int *a, long n) { for (long i = 0; i < n; ++i) a[i] += 1; }\n"
         "void bump(int *a, long n) { __atomic_fetch_add(&a[0], 1, __ATOMIC_SEQ_CST);"
         " __atomic_fetch_add(&a[n - 1], 2, __ATOMIC_SEQ_CST); }\n")
+
+
+def _copies_back_through(plugin, monkeypatch, fn):
+    """Every copy back of the table goes through `fn(host, tgt, size)` first: the plugin's
+    retrieve (the Python paths) and the compiled core's copy made outside the table's lock
+    (its test hook), so that both can be held or made to fail. Returns the list of the
+    paths that called `fn` ("python", "compiled")."""
+    original, paths = plugin.data_retrieve, []
+
+    def retrieve(device, hst, tgt, size, *rest):
+        paths.append("python")
+        fn(hst, tgt, size)
+        return original(device, hst, tgt, size, *rest)
+
+    def compiled(hst, tgt, size):
+        paths.append("compiled")
+        fn(hst, tgt, size)
+
+    monkeypatch.setattr(plugin, "data_retrieve", retrieve)
+    module = _accel.load()
+    if module is not None:
+        module.copy_back_hook(compiled)         # taken back by _no_copy_back_hook
+    return paths
+
+
+def _no_copy_back_hook():
+    module = _accel.load()
+    if module is not None:
+        module.copy_back_hook(None)
+
+
+def _expected_path(accel):
+    return "compiled" if accel == "1" and _accel.load() is not None else "python"
+
+
+@pytest.fixture(autouse=True)
+def _hook_taken_back():
+    """No test leaves the compiled core's copy-back hook set."""
+    yield
+    _no_copy_back_hook()
 
 
 def _unmap_with(how, k, a):
@@ -49,24 +90,22 @@ def _unmap_with(how, k, a):
 @pytest.mark.parametrize("accel", ["0", "1"])
 @pytest.mark.parametrize("how", ["region", "nowait", "exit_from", "data", "implicit",
                                  "two_clauses"])
-def test_a_map_during_the_copy_back_waits_for_it(runtime, kernels, accel, how):
+def test_a_map_during_the_copy_back_waits_for_it(runtime, kernels, accel, how,
+                                                 monkeypatch):
     """Thread A's copy back is held; thread B maps the same array meanwhile. B must not
     finish before A's copy is done, and the array ends with both increments."""
     m = runtime(OFFLOAD_ACCEL=accel)
-    plugin = m.plugins[0]
     a = np.zeros(MIB // 4, dtype=np.int32)
     in_copy, go = threading.Event(), threading.Event()
-    original = plugin.data_retrieve
     held = []
 
-    def held_retrieve(device, hst, tgt, size, *rest):
+    def hold_first(hst, tgt, size):
         if not held and hst <= a.ctypes.data < hst + size:
             held.append(threading.get_ident())
             in_copy.set()
             assert go.wait(60), "the test never released the copy back"
-        return original(device, hst, tgt, size, *rest)
 
-    plugin.data_retrieve = held_retrieve
+    paths = _copies_back_through(m.plugins[0], monkeypatch, hold_first)
     errors = []
 
     def run(fn):
@@ -90,6 +129,8 @@ def test_a_map_during_the_copy_back_waits_for_it(runtime, kernels, accel, how):
     second.join(60)
     assert not errors, errors
     assert still_waiting, "a map during the copy back did not wait for it"
+    if how == "region":                           # the held copy on the path expected
+        assert paths[0] == _expected_path(accel), paths
     expected = 1 if how == "two_clauses" else 2
     assert (a == expected).all(), np.unique(a)
     assert state()["devices"][0] == {"mappings": 0, "allocations": 0}
@@ -120,25 +161,28 @@ def test_threads_adding_through_one_mapping_lose_nothing(runtime, kernels, accel
 
 
 @pytest.mark.parametrize("accel", ["0", "1"])
-def test_an_interrupt_during_the_copy_back_leaves_no_entry_waiting(runtime, kernels, accel):
+@pytest.mark.parametrize("how", ["exit_from", "region"])
+def test_an_interrupt_during_the_copy_back_leaves_no_entry_waiting(runtime, kernels, accel,
+                                                                   how, monkeypatch):
     """A copy back that raises (a KeyboardInterrupt here) still takes its entry out and
     wakes those waiting: the next construct maps afresh instead of hanging."""
     m = runtime(OFFLOAD_ACCEL=accel)
-    plugin = m.plugins[0]
     a = np.zeros(MIB // 4, dtype=np.int32)
-    original = plugin.data_retrieve
-    calls = []
-
     def interrupted(*args):
-        calls.append(args)
         raise KeyboardInterrupt
 
-    offload.target_enter_data(offload.to(a))
-    plugin.data_retrieve = interrupted
+    if how == "exit_from":
+        offload.target_enter_data(offload.to(a))
+    paths = _copies_back_through(m.plugins[0], monkeypatch, interrupted)
     with pytest.raises(KeyboardInterrupt):
-        offload.target_exit_data(offload.from_(a))
-    plugin.data_retrieve = original
-    assert calls and state()["devices"][0]["mappings"] == 0
+        if how == "exit_from":
+            offload.target_exit_data(offload.from_(a))
+        else:
+            offload.target(kernels.add_one, a, a.size, map=[offload.tofrom(a)])
+    monkeypatch.undo()
+    _no_copy_back_hook()
+    assert paths == [_expected_path(accel)]         # the one copy back, on its path
+    assert state()["devices"][0]["mappings"] == 0
     done = threading.Thread(target=lambda: offload.target(kernels.add_one, a, a.size))
     done.start()
     done.join(60)
