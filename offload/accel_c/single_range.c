@@ -197,6 +197,30 @@ static int pool_give(Accel *a, PyObject *key, Py_ssize_t size, PyObject *blocks)
   return bad ? -1 : 0;
 }
 
+/* A taken-out entry's block freed (no lock held): back on the device's pool in C when the
+ * pool takes it, its owner dropped, else by MappingTable._release. 0, or -1 with an
+ * exception. */
+static int release_entry(Accel *a, PyObject *f) {
+  int pooled = 0;
+  Py_ssize_t size = 0;
+  PyObject *blocks = NULL, *key = F(f, TGT_BEGIN);
+  if (F(f, OWNED) == Py_True && F(f, PINNED) == Py_False && try_device_lock(a)) {
+    pooled = pool_takes(a, key, &size, &blocks) == 1 && pool_give(a, key, size, blocks) == 0;
+    PyErr_Clear();                                 /* not taken: Python frees it */
+    give_device_lock(a);
+  }
+  if (pooled) {
+    PyObject *owner;
+    put(f, OWNER, Py_NewRef(Py_None), &owner);
+    Py_XDECREF(owner);
+    return 0;
+  }
+  PyObject *call[2] = {R(a, TABLE), f};         /* MappingTable._release: free, unpin */
+  PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
+  Py_XDECREF(r);
+  return r ? 0 : -1;
+}
+
 /* Tests: called as hook(host, tgt, size) before each copy back made outside the locks,
  * the entry held; what it raises fails the copy (copy_back_hook(hook or None)). */
 static PyObject *copy_back_hook;
@@ -214,7 +238,7 @@ static PyObject *set_copy_back_hook(PyObject *self, PyObject *hook) {
  * MappingTable._release frees it), then its `ready` let go. Takes the caller's reference
  * to `f`. */
 static PyObject *leave_held(Accel *a, PyObject *f, Py_ssize_t n, int copied) {
-  PyObject *et, *ev, *tb, *held = Py_NewRef(F(f, READY)), *gone_owner = NULL;
+  PyObject *et, *ev, *tb, *held = Py_NewRef(F(f, READY));
   PyErr_Fetch(&et, &ev, &tb);                   /* what the failed copy raised */
   if (copied && add_stat(a, s_from_unpinned, n) < 0)
     PyErr_Fetch(&et, &ev, &tb);
@@ -230,24 +254,9 @@ static PyObject *leave_held(Accel *a, PyObject *f, Py_ssize_t n, int copied) {
     put(f, FAILED, Py_NewRef(Py_True), &was);
     Py_XDECREF(was);
   }
-  int pooled = 0;
-  Py_ssize_t size = 0;
-  PyObject *blocks = NULL, *key = F(f, TGT_BEGIN);
-  if (gone && try_device_lock(a)) {
-    pooled = pool_takes(a, key, &size, &blocks) == 1 && pool_give(a, key, size, blocks) == 0;
-    PyErr_Clear();                                 /* not taken: Python frees it */
-    give_device_lock(a);
-    if (pooled)
-      put(f, OWNER, Py_NewRef(Py_None), &gone_owner);
-  }
   give_table_lock(a);
-  Py_XDECREF(gone_owner);
-  if (gone && !pooled) {
-    PyObject *call[2] = {R(a, TABLE), f};       /* MappingTable._release: free, unpin */
-    PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
-    if (r)
-      Py_DECREF(r);
-    else if (!et)
+  if (gone && release_entry(a, f) < 0) {
+    if (!et)
       PyErr_Fetch(&et, &ev, &tb);
     else
       PyErr_WriteUnraisable(R(a, RELEASE_PY));
@@ -351,13 +360,9 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
   if (big) {
     core_take(core, at);                          /* its reference is ours now */
     give_table_lock(a);                           /* nothing to copy back: free it */
-    PyObject *call[2] = {R(a, TABLE), f};      /* MappingTable._release: free, unpin */
-    PyObject *r = PyObject_Vectorcall(R(a, RELEASE_PY), call, 2, NULL);
+    int r = release_entry(a, f);
     Py_DECREF(f);
-    if (!r)
-      return NULL;
-    Py_DECREF(r);
-    Py_RETURN_NONE;
+    return r < 0 ? NULL : Py_NewRef(Py_None);
   }
   if (last) {
     keep = core_take(core, at);                  /* ours until the end */
