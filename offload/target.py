@@ -199,8 +199,14 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
     for a in args:
         if type(a) is np.ndarray and a is not arr:
             return False
-    Region.single_range(table, p, n, t, arr, read_only, _launch_single, k, args, arr,
-                        dev.generic, teams, threads, shared_mem)
+    gen = dev.generic
+    call = gen.direct_call(k) if len(args) == 1 and args[0] is arr and shared_mem >= 0 \
+        else None
+    if call is not None:                      # the kernel called with the array's address
+        Region.single_range(table, p, n, t, arr, read_only, call)
+    else:
+        Region.single_range(table, p, n, t, arr, read_only, _launch_single, k, args, arr,
+                            gen, teams, threads, shared_mem)
     return True
 
 

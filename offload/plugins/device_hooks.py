@@ -64,6 +64,12 @@ class DeviceHooks:
         shared (group) memory."""
         raise NotImplementedError
 
+    def _direct_call_impl(self, kernel: GenericKernel) -> Callable[..., Any] | None:
+        """A callable that runs `kernel` to completion on its device-ready arguments
+        as _launch_impl passes them (no queue, no geometry, no shared memory), or None
+        where the vendor has none."""
+        return None
+
     def _unload_impl(self, program: Any) -> None:
         """Unload a program _load_impl made (one that lost a race to load first)."""
 

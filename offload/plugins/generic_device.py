@@ -377,6 +377,15 @@ class GenericDevice(DeviceHooks):
         else:
             self._launch_impl(k, args, teams, threads, queue, shared_mem)
 
+    def direct_call(self, k: GenericKernel) -> Callable[..., Any] | None:
+        """A callable running `k` to completion on device-ready arguments, as `launch`
+        without a queue, geometry or shared memory would (the vendor's
+        `_direct_call_impl`): for a kernel of one phase while no profile watches
+        launches; else None (`launch` runs it)."""
+        if k.phases or profile.active is not None:
+            return None
+        return self._direct_call_impl(k)
+
     def kernel(self, binary: Binary, name: str) -> GenericKernel:
         """Kernel `name` of `binary`, loading the binary first (both cached)."""
         key = (binary.digest, name)

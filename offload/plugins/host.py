@@ -10,7 +10,7 @@ import ctypes
 import functools
 import os
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cffi
@@ -253,6 +253,10 @@ class HostDevice(GenericDevice):
         chars = tuple(i for i, (t, p) in enumerate(params) if not p and t.cname == "char")
         return GenericKernel(name, (ffi, fn, direct, pointers, chars), params,
                              binary.prototypes[name], params_from_ctype(ffi, ftype))
+
+    def _direct_call_impl(self, kernel: GenericKernel) -> Callable[..., Any] | None:
+        direct, chars = kernel.handle[2], kernel.handle[4]
+        return direct if not chars else None     # ints for pointers; no char converted
 
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:

@@ -54,3 +54,25 @@ def test_the_quick_paths_pass_each_argument_as_given(rt):
     with pytest.raises(offload.OffloadError, match="report"):
         offload.target(k.report, 1.5, map=[offload.tofrom(a)], device=0)
     assert state()["devices"][0]["mappings"] == 0
+
+
+def test_a_region_of_one_array_calls_its_host_kernel_directly(rt, monkeypatch):
+    """A single-range region whose only argument is its array calls the host kernel with
+    the device address (GenericDevice.direct_call: no launch step); a region with more
+    arguments, or a kernel taking a char (converted), goes through `launch`; both compute
+    the same."""
+    k = offload.compile_c("void inc(int *a) { for (int i = 0; i < 4; i++) a[i] += 1; }\n"
+                          "void add(int *a, int v) { for (int i = 0; i < 4; i++) a[i] += v; }\n"
+                          "void addc(int *a, char v) { a[0] += v; }\n")
+    gen = offload.runtime.current().device(0).generic
+    launched = []
+    real = gen._launch_impl
+    monkeypatch.setattr(gen, "_launch_impl", lambda k, *rest: (launched.append(k.name),
+                                                               real(k, *rest))[1])
+    a = np.zeros(4, dtype=np.int32)
+    offload.target(k.inc, a, map=[offload.tofrom(a)], device=0)
+    assert launched == [] and (a == 1).all()
+    offload.target(k.add, a, 2, map=[offload.tofrom(a)], device=0)
+    offload.target(k.addc, a, 3, map=[offload.tofrom(a)], device=0)
+    assert launched == ["add", "addc"] and list(a) == [6, 3, 3, 3]
+    assert state()["devices"][0]["mappings"] == 0
