@@ -15,9 +15,7 @@ the wait), against the CUDA model's launch and wait.
 builds DIR/omp-stream and copies the sources to DIR/src. On the GPU machine:
 `python bench/babelstream.py DIR` (libomp.so.5 in DIR) builds DIR/cuda-stream there with
 nvcc when it is missing (its CUDA model needs NVML's header), then runs. Prints MB/s and
-ratios to CUDA; writes babelstream.png ($OUT or bench/). With `--llvm-lib DIR` (LLVM 19's
-own libomptarget.so.19.1 and what it loads: scripts/llvm-runtime-carry.sh) the OpenMP
-model also runs under LLVM 19's runtime, LLVM 19's grid, and a construct's cost on it.
+ratios to CUDA; writes babelstream.png ($OUT or bench/).
 """
 from __future__ import annotations
 
@@ -89,8 +87,6 @@ def main() -> None:
     p.add_argument("--build", nargs=2, metavar=("BABELSTREAM_SRC", "DIR"))
     p.add_argument("--size", type=int, default=1 << 25, help="elements per array (2^25)")
     p.add_argument("--times", type=int, default=100)
-    p.add_argument("--llvm-lib", metavar="DIR",
-                   help="LLVM 19's libomptarget and its libraries: a baseline run")
     args = p.parse_args()
     if args.build:
         build(*args.build)
@@ -109,35 +105,26 @@ def main() -> None:
     flat = run(os.path.join(d, "omp-stream"), args.size, args.times,
                dict(omp_env, LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT="false"))
     one = run(os.path.join(d, "cuda-stream-1"), args.size, args.times, base)
-    theirs = dict(base, LD_LIBRARY_PATH=f"{args.llvm_lib}:{d}") if args.llvm_lib else None
-    ref = run(os.path.join(d, "omp-stream"), args.size, args.times, theirs) if theirs \
-        else {}
     rows = [(k, f"{cuda[k]:.0f}", f"{llvm[k]:.0f}", f"{llvm[k] / cuda[k]:.2f}x",
-             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x",
-             f"{ref[k] / cuda[k]:.2f}x" if ref else "-") for k in KERNELS]
+             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x")
+            for k in KERNELS]
     small = 1024
     c_us = run(os.path.join(d, "cuda-stream"), small, 200, base, "min_runtime")
     o_us = run(os.path.join(d, "omp-stream"), small, 200, omp_env, "min_runtime")
-    r_us = run(os.path.join(d, "omp-stream"), small, 200, theirs, "min_runtime") if theirs \
-        else {}
-    costs = [(k, f"{c_us[k] * 1e6:.1f}", f"{o_us[k] * 1e6:.1f}", f"{o_us[k] / c_us[k]:.2f}x",
-              f"{r_us[k] * 1e6:.1f} ({o_us[k] / r_us[k]:.2f}x)" if r_us else "-")
+    costs = [(k, f"{c_us[k] * 1e6:.1f}", f"{o_us[k] * 1e6:.1f}", f"{o_us[k] / c_us[k]:.2f}x")
              for k in KERNELS]
     print(f"offload bench/babelstream.py: {args.size} doubles per array, best of "
           f"{args.times}; host {machine()}")
     print(table(rows, ("kernel", "CUDA MB/s", "OpenMP on offload, LLVM 19 grid", "ratio",
-                       "one thread per element", "ratio", "CUDA unroll 1 ratio",
-                       "OpenMP on LLVM 19, ratio")))
+                       "one thread per element", "ratio", "CUDA unroll 1 ratio")))
     print(f"\none construct at {small} doubles (best of 200), us")
     print(table(costs, ("kernel", "CUDA launch+wait", "OpenMP construct on offload",
-                        "ratio (goal <= 2x)", "on LLVM 19 (offload/LLVM)")))
+                        "ratio (goal <= 2x)")))
     print(plot(os.path.join(os.environ.get("OUT", HERE), "babelstream.png"),
                "BabelStream on one H200: OpenMP (clang-19) on offload vs CUDA", KERNELS,
                {"CUDA": [cuda[k] for k in KERNELS],
                 "OpenMP, LLVM 19 grid": [llvm[k] for k in KERNELS],
-                "OpenMP, one thread per element": [flat[k] for k in KERNELS],
-                **({"OpenMP on LLVM 19": [ref[k] for k in KERNELS]} if ref else {})},
-               "MB/s"))
+                "OpenMP, one thread per element": [flat[k] for k in KERNELS]}, "MB/s"))
 
 
 if __name__ == "__main__":

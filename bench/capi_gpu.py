@@ -4,10 +4,7 @@ the same size and a raw cuLaunchKernel+synchronize of an empty kernel, in the sa
 
 `--build DIR` (on a machine with clang-19 and the CUDA toolkit) builds DIR/capi_gpu;
 `python bench/capi_gpu.py DIR/capi_gpu [MiB]` (on the GPU machine, libomp.so.5 beside the
-binary) runs it. With `--llvm-lib DIR` (LLVM 19's own libomptarget.so.19.1 and what it
-loads: scripts/llvm-runtime-carry.sh) the same binary also runs under LLVM 19's runtime,
-interleaved, and each row gets its ratio to LLVM. Prints GB/s and ratios; writes
-bench/capi_gpu.png.
+binary) runs it. Prints GB/s and ratios; writes bench/capi_gpu.png.
 """
 from __future__ import annotations
 
@@ -73,68 +70,48 @@ def raw(size: int) -> dict[str, float]:
     return out
 
 
-def program(binary: str, mib: int, libs: str) -> dict[str, float]:
-    """One run of the binary with LD_LIBRARY_PATH=libs: its figures by name."""
-    env = dict(os.environ, LD_LIBRARY_PATH=libs)
-    env.pop("OFFLOAD_PLUGINS", None)
-    out = subprocess.run([binary, str(mib)], capture_output=True, text=True, env=env,
-                         check=True).stdout
-    got = {}
-    for line in out.splitlines():
-        name, _, value = line.rpartition(" ")
-        got[name] = float(value)
-    return got
-
-
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("binary", nargs="?")
     parser.add_argument("mib", nargs="?", type=int, default=1024)
     parser.add_argument("--build", metavar="DIR")
-    parser.add_argument("--llvm-lib", metavar="DIR",
-                        help="LLVM 19's libomptarget and its libraries: a baseline run")
     args = parser.parse_args()
     if args.build:
         build(args.build)
         return
     from offload.capi import libdir
+    lib = libdir()
     here = os.path.dirname(os.path.abspath(args.binary))
-    beside = f"{here}:{os.path.dirname(here)}"
-    ours = program(args.binary, args.mib, f"{libdir()}:{beside}")
-    llvm: dict[str, float] = {}
-    if args.llvm_lib:                       # interleaved: ours, LLVM, ours, LLVM (medians)
-        runs = [ours, program(args.binary, args.mib, f"{args.llvm_lib}:{beside}")]
-        runs += [program(args.binary, args.mib, f"{libdir()}:{beside}"),
-                 program(args.binary, args.mib, f"{args.llvm_lib}:{beside}")]
-        ours = {k: statistics.median([runs[0][k], runs[2][k]]) for k in runs[0]}
-        llvm = {k: statistics.median([runs[1][k], runs[3][k]]) for k in runs[1]}
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{lib}:{here}:{os.path.dirname(here)}")
+    env.pop("OFFLOAD_PLUGINS", None)
+    out = subprocess.run([args.binary, str(args.mib)], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    ours = {}
+    for line in out.splitlines():
+        name, _, value = line.rpartition(" ")
+        ours[name] = float(value)
     size = args.mib << 20
     base = raw(size)
     gbs = {k: size / v / 1e9 for k, v in base.items() if "raw" in k and "Launch" not in k}
     rows = []
     for name, v in ours.items():
-        ll = llvm.get(name)
         if name.startswith("empty"):
             b = base["raw cuLaunchKernel+sync, empty kernel"]
-            versus = f"{v / ll:.2f}x time ({ll * 1e6:.1f} us)" if ll else "-"
             rows.append((name, f"{v * 1e6:.1f} us", f"{b * 1e6:.1f} us (raw launch+sync)",
-                         f"{v / b:.2f}x", versus))
+                         f"{v / b:.2f}x"))
             continue
         d2h = "from" in name
         ref = "raw pinned D2H" if d2h else "raw pinned H2D"
         pg = "raw pageable D2H" if d2h else "raw pageable H2D"
-        versus = f"{v / ll:.2f}x bandwidth ({ll:.1f} GB/s)" if ll else "-"
         rows.append((name, f"{v:.1f} GB/s", f"{gbs[ref]:.1f} pinned / {gbs[pg]:.1f} pageable",
-                     f"{v / gbs[ref]:.2f}x pinned, {v / gbs[pg]:.2f}x pageable", versus))
+                     f"{v / gbs[ref]:.2f}x pinned, {v / gbs[pg]:.2f}x pageable"))
     print(f"offload bench/capi_gpu.py: {args.binary} ({args.mib} MiB) on offload's "
           f"libomptarget.so.19.1; host {machine()}")
-    print(table(rows, ("operation", "offload", "raw driver (same run)", "ratio",
-                       "vs LLVM 19 (same binary)")))
+    print(table(rows, ("operation", "offload", "raw driver (same run)", "ratio")))
     names = [r[0] for r in rows if not r[0].startswith("empty")]
     print(plot(os.path.join(os.environ.get("OUT", HERE), "capi_gpu.png"),
                "clang-19 nvptx program on offload's libomptarget (1 GiB)", names,
-               {"offload GB/s": [ours[n] for n in names],
-                **({"LLVM 19 GB/s": [llvm[n] for n in names]} if llvm else {})}, "GB/s"))
+               {"GB/s": [ours[n] for n in names]}, "GB/s"))
 
 
 if __name__ == "__main__":
