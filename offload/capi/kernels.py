@@ -215,12 +215,17 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         return KERNEL_GENERAL
     try:
         fn, name = _kernel(d, host_ptr)
+        gen = d.generic
         if not n:                                # nothing mapped, nothing passed
-            d.generic.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
+            gen.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
+            return OFFLOAD_SUCCESS
+        param = type & maps.TARGET_PARAM
+        call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
+        if call is not None:                     # called with the section's address
+            Region.single_range(d.table, begin, size, type & 0x3, None, False, call)
         else:
             Region.single_range(d.table, begin, size, type & 0x3, None, False, _run_section,
-                                d.generic, fn, name, type & maps.TARGET_PARAM, num_teams,
-                                thread_limit, tripcount)
+                                gen, fn, name, param, num_teams, thread_limit, tripcount)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)

@@ -152,6 +152,12 @@ class DeviceHooks:
         raise OffloadError(ErrorCode.UNSUPPORTED,
                            f"plugin {self.plugin.name} runs no clang OpenMP images")
 
+    def _omp_direct_call_impl(self, program: Any, name: str,
+                              nargs: int) -> Callable[..., Any] | None:
+        """A callable that runs kernel `name` to completion on its `nargs` arguments
+        as _omp_launch_impl would with the default geometry, or None."""
+        return None
+
     def _omp_launch_plan_impl(self, program: Any, name: str, teams: int, threads: int,
                               tripcount: int) -> OmpLaunchPlan | None:
         """How offload/accel_c launches kernel `name` as _omp_launch_impl would, with

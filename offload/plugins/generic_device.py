@@ -182,6 +182,16 @@ class GenericDevice(DeviceHooks):
                             tripcount, device_clock=False)
         return self._omp_launch(program, name, args, teams, threads, tripcount)
 
+    def omp_direct_call(self, program: Any, name: str, nargs: int,
+                        teams: int, threads: int) -> Callable[..., Any] | None:
+        """A callable running omp_launch's kernel to completion on its `nargs` arguments
+        (the vendor's `_omp_direct_call_impl`), for a launch of the default geometry
+        (no num_teams or thread_limit clause) while no profile or recording watches;
+        else None (omp_launch runs it)."""
+        if teams > 0 or threads > 0 or self._omp_watched():
+            return None
+        return self._omp_direct_call_impl(program, name, nargs)
+
     def omp_launch_plan(self, program: Any, name: str, teams: int, threads: int,
                         tripcount: int) -> OmpLaunchPlan | None:
         """How offload/accel_c may run omp_launch's kernel itself (the vendor's

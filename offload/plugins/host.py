@@ -311,18 +311,31 @@ class HostDevice(GenericDevice):
 
     def _omp_launch_impl(self, program: Any, name: str, args: Sequence[int], teams: int,
                          threads: int, tripcount: int) -> tuple[int, int, str]:
-        key = (program, name, len(args))            # a cdata hashes by its address
+        self._omp_kernel(program, name, len(args))(_NO_DYN, *args)   # without the GIL
+        # as LLVM 19's host plugin reports it: the clauses' values, else 1; Generic mode
+        return teams if teams > 0 else 1, threads if threads > 0 else 1, "Generic"
+
+    def _omp_direct_call_impl(self, program: Any, name: str,
+                              nargs: int) -> Callable[..., Any] | None:
+        key = (program, name, -nargs)               # its dyn_ptr bound
+        call = _OMP_KERNELS.get(key)
+        if call is None:
+            call = _OMP_KERNELS[key] = functools.partial(
+                self._omp_kernel(program, name, nargs), _NO_DYN)
+        return call
+
+    def _omp_kernel(self, program: Any, name: str, nargs: int) -> Any:
+        """Kernel `name` of an image as a C function of dyn_ptr and `nargs` arguments."""
+        key = (program, name, nargs)                # a cdata hashes by its address
         fn = _OMP_KERNELS.get(key)
         if fn is None:
             addr = self._omp_global_impl(program, name)
             if addr is None:
                 raise OffloadError(ErrorCode.NOT_FOUND,
                                    f"kernel '{name}' not in the device image")
-            t = _ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (len(args) + 1))})")
+            t = _ffi.typeof(f"void (*)({', '.join(['uintptr_t'] * (nargs + 1))})")
             fn = _OMP_KERNELS[key] = _ffi.cast(t, addr)
-        fn(_NO_DYN, *args)          # cffi releases the GIL while it runs
-        # as LLVM 19's host plugin reports it: the clauses' values, else 1; Generic mode
-        return teams if teams > 0 else 1, threads if threads > 0 else 1, "Generic"
+        return fn
 
     def _info_impl(self) -> dict:
         return {"name": f"host CPU ({_ARCH})", "kind": "host",

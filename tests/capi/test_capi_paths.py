@@ -212,6 +212,31 @@ def test_regions_of_one_plain_section_through_the_c_body(spied, watch, monkeypat
     assert len(table) == 0
 
 
+def test_a_region_of_one_section_calls_the_host_kernel_directly(spied, monkeypatch):
+    """kernel_one's plain section on the host calls the kernel with the section's device
+    address (GenericDevice.omp_direct_call): no omp_launch step. A num_teams clause or a
+    kernel recording sends it through omp_launch; the result is the same."""
+    _, calls, _ = spied
+    gen = offload.runtime.current().device(0).generic
+    _count(monkeypatch, calls, gen, "_omp_launch_impl", "launch")
+    m = offload.compile_openmp(REGIONS + TEAMS)
+    a = np.zeros(1000, dtype=np.int32)
+    m.bump(a)
+    assert a[0] == 1 and "launch" not in calls, calls
+    m.bump_teams(a)
+    assert a[0] == 11 and calls["launch"] == 1, calls
+    monkeypatch.setattr(gen, "arena", object())        # as a kernel recording watches
+    assert gen.omp_direct_call(None, "bump", 1, 0, 0) is None
+
+
+TEAMS = r'''
+void bump_teams(int *a) {
+#pragma omp target teams num_teams(1) map(tofrom: a[0:1000])
+  a[0] += 10;
+}
+'''
+
+
 ON_MAPPED = r'''
 void enter(int *a, int *b, int n) {
 #pragma omp target enter data map(to: a[0:n], b[0:n])
