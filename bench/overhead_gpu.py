@@ -51,9 +51,12 @@ def main() -> None:
             src = _ffi.cast("void *", a.ctypes.data)
 
             def raw(d: int = d, src=src, size: int = size) -> None:
-                lib.cuMemcpyHtoDAsync_v2(d, src, size, q)
-                while lib.cuStreamQuery(q) == NOT_READY:     # spin: the fastest wait
+                rc = lib.cuMemcpyHtoDAsync_v2(d, src, size, q)
+                while rc == 0 and (rc := lib.cuStreamQuery(q)) == NOT_READY:   # spin
                     pass
+                if rc:                    # a baseline that failed is no baseline
+                    raise SystemExit(f"raw cuMemcpyHtoDAsync_v2 of {size} bytes: CUDA "
+                                     f"error {rc}")
 
             def ours(a: np.ndarray = a) -> None:
                 offload.target_update(to=[a], device=0)

@@ -291,10 +291,12 @@ static PyStructSequence_Field steps_fields[] = {
     {"launch_present", "launch_present(args, spec) -> bool: and the kernel launched"},
     {"release", "release(marked): MappingTable.release_busy, in C"},
     {"update_arrays", "update_arrays(to, from_) -> True, or None: target_update of whole arrays"},
-    {"present_map", "present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or "
-                    "None: a C-ABI kernel region on mapped data"},
+    {"present_map", "present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs, "
+                    "None, or the one component to map first: a C-ABI kernel region on "
+                    "mapped data"},
     {"launch_present_map", "launch_present_map(n, bases, begins, sizes, types, mappers, spec, "
-                           "first) -> True, False or None: and the kernel launched"},
+                           "first) -> True, False, None or the one component to map "
+                           "first: and the kernel launched"},
     {NULL, NULL}};
 static PyStructSequence_Desc steps_desc = {
     "offload._accel_c.CompiledSteps", "A table's steps in the compiled core (accelerate).",

@@ -143,10 +143,13 @@ static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
 
 /* The first half of present_map over its six arguments (`args`: n and five addresses),
  * with `first` (or NULL) put before the kernel's arguments: 1 with *kargs_out and
- * *marked_out (new lists); 0 with nothing marked for a list the general rules take; -1
- * with an exception (a malformed call, or no memory). */
+ * *marked_out (new lists); 0 with nothing marked for a list the general rules take; 2
+ * with nothing marked and *absent the index of the list's one component that shares no
+ * byte with any mapping, when `absent` is given and every other component lies inside a
+ * made mapping (so shares none with it) or is a literal; -1 with an exception (a
+ * malformed call, or no memory). */
 static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject **kargs_out,
-                    PyObject **marked_out) {
+                    PyObject **marked_out, Py_ssize_t *absent) {
   unsigned long long at[5];
   Py_ssize_t n = PyLong_AsSsize_t(args[0]);
   if (n == -1 && PyErr_Occurred())
@@ -176,17 +179,23 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
     Py_DECREF(marked);
     return 0;
   }
+  Py_ssize_t missing = -1;
+  int refused = 0;
   for (Py_ssize_t i = 0; i < n; i++) {
     uint64_t t = (uint64_t)types[i];
     uintptr_t base = (uintptr_t)bases[i], p = (uintptr_t)begins[i], dev = 0;
     if (!(t & MAP_LITERAL) && !mark_entry(a, p, (uintptr_t)sizes[i], 1, marked, &dev)) {
-      unmark_all(a, marked);
-      give_table_lock(a);
-      Py_DECREF(kargs);
-      Py_DECREF(marked);
-      return 0;
+      int inside;
+      if (absent && missing < 0 && sizes[i] > 0 &&
+          !core_find(a->core, p, (uintptr_t)sizes[i], &inside)) {
+        missing = i;                 /* in no mapping at all: the one to map first, if alone */
+        continue;
+      }
+      PyErr_Clear();
+      refused = 1;
+      break;
     }
-    if (!(t & MAP_TARGET_PARAM))
+    if (!(t & MAP_TARGET_PARAM) || missing >= 0)
       continue;
     PyObject *v = PyLong_FromUnsignedLongLong(
         (unsigned long long)((t & MAP_LITERAL) ? base : dev - (p - base)));
@@ -197,6 +206,16 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
       goto fail;
     }
     Py_DECREF(v);
+  }
+  if (refused || missing >= 0) {                /* nothing marked stays marked */
+    unmark_all(a, marked);
+    give_table_lock(a);
+    Py_DECREF(kargs);
+    Py_DECREF(marked);
+    if (refused)
+      return 0;
+    *absent = missing;
+    return 2;
   }
   give_table_lock(a);
   *kargs_out = kargs;
@@ -211,14 +230,29 @@ fail:
   return -1;
 }
 
+/* (base, begin, size, type) of component i of present_map's list (its arguments `args`,
+ * checked by mark_map). */
+static PyObject *absent_component(PyObject *const *args, Py_ssize_t i) {
+  void *const *bases = (void *const *)(uintptr_t)PyLong_AsUnsignedLongLong(args[1]);
+  void *const *begins = (void *const *)(uintptr_t)PyLong_AsUnsignedLongLong(args[2]);
+  const int64_t *sizes = (const int64_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[3]);
+  const int64_t *types = (const int64_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[4]);
+  return Py_BuildValue("(KKLL)", (unsigned long long)(uintptr_t)bases[i],
+                       (unsigned long long)(uintptr_t)begins[i], (long long)sizes[i],
+                       (long long)types[i]);
+}
+
 /* present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or None: a kernel
  * region of the C ABI (LLVM 19's map arrays, by address; mappers 0 for none) whose every
  * component is a literal or lies inside a made mapping, with no bit that copies or
  * allocates (MAP_TAKEN) and no mapper: each mapping marked in use (once per component),
  * the kernel's arguments (TARGET_PARAM components, in order) a literal's value or the
  * device address of its base. Nothing is copied: a present mapping's counts go back where
- * they were when the region ends, so LLVM 19 copies nothing either. None, with nothing
- * marked, for any other list or an observed table (the general rules decide). */
+ * they were when the region ends, so LLVM 19 copies nothing either. For a list of which
+ * exactly one component (of some bytes) shares no byte with any mapping and the others
+ * lie inside made mappings, its (base, begin, size, type), nothing marked: the caller may
+ * map it first and ask again. None, with nothing marked, for any other list or an observed table (the general
+ * rules decide). */
 static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
   PyObject *kargs, *marked;
@@ -226,7 +260,10 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
     PyErr_SetString(PyExc_TypeError, PRESENT_MAP_USAGE);
     return NULL;
   }
-  int got = mark_map(a, args, NULL, &kargs, &marked);
+  Py_ssize_t absent;
+  int got = mark_map(a, args, NULL, &kargs, &marked, &absent);
+  if (got == 2)
+    return absent_component(args, absent);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
   return present_args(a, kargs, marked);
@@ -236,8 +273,9 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
  * or None: as present_map, and the kernel of `spec` (a LaunchSpec) launched here on
  * `first` (an int: an OpenMP kernel's launch environment) and the region's arguments,
  * waited for, its marks given back: True once it ran; False with nothing done when the
- * list is taken but the launch is not the core's (the caller launches); None for a list
- * the general rules take. */
+ * list is taken but the launch is not the core's (the caller launches); present_map's
+ * (base, begin, size, type) of the one component to map first; None for a list the
+ * general rules take. */
 static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_t nargsf,
                                           PyObject *kwnames) {
   PyObject *kargs, *marked;
@@ -248,7 +286,10 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   }
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
-  int got = mark_map(a, args, args[7], &kargs, &marked);
+  Py_ssize_t absent;
+  int got = mark_map(a, args, args[7], &kargs, &marked, &absent);
+  if (got == 2)
+    return absent_component(args, absent);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
   return launched(a, launch_now(a, args[6], kargs), kargs, marked);

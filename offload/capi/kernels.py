@@ -173,8 +173,10 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
     """A region whose map list lies on mapped data (the compiled core's present_map: no
     mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
     one step, the launch too where the device plans it (omp_launch_plan:
-    launch_present_map); False with nothing done (the general rules map the list). Not
-    while OMPT listens (its data callbacks come from the general rules)."""
+    launch_present_map); a list with one plain section not yet mapped (a reduction's
+    scalar) maps that section first (Region.single_range) and runs the rest so. False
+    with nothing done (the general rules map the list). Not while OMPT listens (its data
+    callbacks come from the general rules)."""
     steps = dev.table.steps
     if steps.present_map is None or ompt.listening:
         return False
@@ -182,20 +184,48 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
     arrays = (n, addr(bases), addr(begins), addr(sizes), addr(types),
               0 if mappers is None else addr(mappers))           # ints from kernel_many
     plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
+    run = (dev, fn, name, arrays, plan, teams, threads, tripcount)
+    got = _run_present(*run)
+    if type(got) is not tuple:
+        return got
+    base, begin, size, type_ = got                    # the one component to map first
+    if not maps.single_section(dev, base, begin, size, type_):
+        return False
+    try:
+        Region.single_range(dev.table, begin, size, type_ & 0x3, None, False,
+                            _run_mapped_one, *run)
+    except _NotPresent:
+        return False                 # unmapped meanwhile: the general rules, afresh
+    return True
+
+
+def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: int,
+                 threads: int, tripcount: int) -> bool | tuple:
+    """_on_present's region when its whole list is mapped: True once it ran; False (the
+    general rules) or present_map's component to map first, with nothing done."""
+    steps = dev.table.steps
     if plan is not None:                      # in C: marked, translated, launched, waited
         ran = steps.launch_present_map(*arrays, plan.spec, plan.first)
-        if ran is None:
-            return False                      # not on mapped data: the general rules
-        if ran:
-            return True
+        if ran is not False:
+            return False if ran is None else ran
     found = steps.present_map(*arrays)
-    if found is None:
-        return False
+    if found is None or type(found) is tuple:
+        return found or False
     try:
         _run_kernel(dev, fn, name, found.kernel_args, teams, threads, tripcount)
     finally:
         steps.release_present(found.marked)
     return True
+
+
+class _NotPresent(Exception):
+    """A list no longer on mapped data once its one section was mapped."""
+
+
+def _run_mapped_one(tgt: int, *run: Any) -> None:
+    """The rest of _on_present once its one section is mapped (at `tgt`)."""
+    if _run_present(*run) is not True:
+        raise _NotPresent
 
 
 def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,

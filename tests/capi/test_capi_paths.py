@@ -308,12 +308,64 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
         assert taken == [True] * 4 + [False] * 2 and calls["decode"] == 2 + 2, (taken, calls)
 
 
+REDUCTION = r'''
+void enter(int *a, int *b, int n) {
+#pragma omp target enter data map(to: a[0:n], b[0:n])
+}
+void leave(int *a, int *b, int n) {
+#pragma omp target exit data map(release: a[0:n], b[0:n])
+}
+long dot(int *a, int *b, int n) {
+  long sum = 5;
+#pragma omp target teams distribute parallel for map(tofrom: sum) reduction(+: sum)
+  for (int i = 0; i < n; i++) sum += (long)a[i] * b[i];
+  return sum;
+}
+'''
+
+
+@pytest.mark.parametrize("race", [False, True])
+def test_a_reduction_on_mapped_arrays_maps_its_scalar_first(spied, monkeypatch, race):
+    """A region on mapped arrays with one new scalar (BabelStream's Dot: map(tofrom: sum)
+    and a reduction) maps the scalar in fewer steps and runs the rest as a region on
+    mapped data, its map arrays never decoded in Python. When the list is no longer on
+    mapped data once the scalar is mapped (`race`: an array unmapped meanwhile), the
+    scalar's mapping is undone and the general rules run the region; the sum is right
+    either way and nothing stays mapped."""
+    from offload.capi import maps
+    table, calls, _ = spied
+    if table.steps.present_map is None:
+        pytest.skip("no compiled core in this mode: the general rules map every list")
+    if race:                                  # the second look finds the list not mapped
+        step, looks = table.steps.present_map, []
+
+        def present_map(*args):
+            looks.append(1)
+            return step(*args) if len(looks) == 1 else None
+        monkeypatch.setattr(table, "steps", table.steps._replace(present_map=present_map))
+    _count(monkeypatch, calls, maps, "decode")
+    m = offload.compile_openmp(REDUCTION)
+    a = np.arange(100, dtype=np.int32)
+    b = np.full(100, 2, dtype=np.int32)
+    m.enter(a, b, 100)
+    assert m.dot(a, b, 100) == 5 + 2 * 99 * 100 // 2
+    m.leave(a, b, 100)
+    fewer = (calls.get("begin_single_range", 0), calls.get("end_single_range", 0))
+    general = (calls.get("target_data_begin", 0), calls.get("target_data_end", 0))
+    assert fewer == (1, 1), calls
+    # decoded: enter and exit, and (race) the region the general rules took
+    assert general == (1 + race, 1 + race) and calls["decode"] == 2 + race, calls
+    assert len(table) == 0
+
+
 def test_present_map_refuses_what_it_must_not_take(runtime):
     """The compiled core's present_map step alone, on LLVM 19's map arrays: a list inside
-    made mappings comes back as the kernel's arguments with the mappings marked; every
-    list it must leave to the general rules (a bit that copies or attaches, a mapper, a
-    section past its mapping, an absent pointer, an observed table) comes back None with
-    nothing marked; malformed calls raise."""
+    made mappings comes back as the kernel's arguments with the mappings marked; a list
+    with one section mapped nowhere (sharing no byte with the others) comes back as that
+    component; every list it must leave to the general rules (a bit that copies or
+    attaches, a mapper, a section past its mapping, an absent pointer, two absent
+    sections, an observed table) comes back None with nothing marked; malformed calls
+    raise."""
     from offload import _accel
     from offload.clauses import MapItem, MapType
     runtime()
@@ -352,8 +404,17 @@ def test_present_map_refuses_what_it_must_not_take(runtime):
                "absent": [(p, p, 8, param), (16, 16, 0, param)],
                "member_of": [(p, p, 8, (1 << 48) | 0x3)],
                "negative size": [(p, p, -1, param)]}
+    s = np.zeros(2, dtype=np.int64)                        # mapped nowhere
+    q = s.ctypes.data
+    refused.update({"two absent": [(p, p, 8, param), (q, q, 8, 0x3 | param),
+                                   (q + 8, q + 8, 8, 0x3 | param)],
+                    "absent, zero-length": [(p, p, 8, param), (q, q, 0, param)]})
     for why, rows in refused.items():
         assert call(rows) is None and e.busy == 0, why
+    # one section mapped nowhere (a reduction's scalar), the rest inside mappings: that
+    # component, for the caller to map first, with nothing marked
+    assert call([(p, p + 80, 0, param), (q, q, 8, 0x3 | param), (7, 7, 0, param | 0x100)]) \
+        == (q, q, 8, 0x3 | param) and e.busy == 0
     one = (ctypes.c_void_p * 1)(1)
     assert call([(p, p, 8, param)], one) is None and e.busy == 0           # a mapper
     assert call([(p, p, 8, param)] * 65) is None                           # too many
