@@ -168,8 +168,8 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
         return OFFLOAD_FAIL
 
 
-def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes: Any,
-                types: Any, mappers: Any, teams: int, threads: int, tripcount: int) -> bool:
+def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes: int,
+                types: int, mappers: int, teams: int, threads: int, tripcount: int) -> bool:
     """A region whose map list lies on mapped data (the compiled core's present_map: no
     mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
     one step, the launch too where the device plans it (omp_launch_plan:
@@ -181,8 +181,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: Any, begins: Any, sizes:
     if steps.present_map is None or ompt.listening:
         return False
     fn, name = _kernel(dev, host_ptr)
-    arrays = (n, addr(bases), addr(begins), addr(sizes), addr(types),
-              0 if mappers is None else addr(mappers))           # ints from kernel_many
+    arrays = (n, bases, begins, sizes, types, mappers)     # addresses (mappers 0: none)
     plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
     run = (dev, fn, name, arrays, plan, teams, threads, tripcount)
     got = _run_present(*run)
@@ -344,8 +343,9 @@ def legacy_target(dev: int, host_ptr: Any, n: int, bases: Any, begins: Any, size
     if d is None:
         return OFFLOAD_FAIL
     try:
-        if n and _on_present(d, addr(host_ptr), n, bases, begins, sizes, types, mappers,
-                             teams, threads, tripcount):
+        if n and _on_present(d, addr(host_ptr), n, addr(bases), addr(begins), addr(sizes),
+                             addr(types), 0 if mappers is None else addr(mappers), teams,
+                             threads, tripcount):
             return OFFLOAD_SUCCESS
     except OffloadError as exc:
         construct_failed(None, exc, target=True)
