@@ -200,8 +200,7 @@ def _quick(k: GenericKernel, args: Sequence[Any], maps: Sequence[Any], dev: Devi
         if type(a) is np.ndarray and a is not arr:
             return False
     gen = dev.generic
-    call = gen.direct_call(k) if len(args) == 1 and args[0] is arr and shared_mem >= 0 \
-        else None
+    call = gen.direct_call(k, shared_mem) if len(args) == 1 and args[0] is arr else None
     if call is not None:                      # the kernel called with the array's address
         Region.single_range(table, p, n, t, arr, read_only, call)
     else:

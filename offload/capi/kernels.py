@@ -208,8 +208,10 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
         if ran is not False:
             return False if ran is None else ran
     found = steps.present_map(*arrays)
-    if found is None or type(found) is tuple:
-        return found or False
+    if found is None:
+        return False
+    if type(found) is tuple:
+        return found
     try:
         _run_kernel(dev, fn, name, found.kernel_args, teams, threads, tripcount)
     finally:

@@ -387,12 +387,12 @@ class GenericDevice(DeviceHooks):
         else:
             self._launch_impl(k, args, teams, threads, queue, shared_mem)
 
-    def direct_call(self, k: GenericKernel) -> Callable[..., Any] | None:
+    def direct_call(self, k: GenericKernel, shared_mem: int = 0) -> Callable[..., Any] | None:
         """A callable running `k` to completion on device-ready arguments, as `launch`
-        without a queue, geometry or shared memory would (the vendor's
-        `_direct_call_impl`): for a kernel of one phase while no profile watches
-        launches; else None (`launch` runs it)."""
-        if k.phases or profile.active is not None:
+        without a queue or geometry would (the vendor's `_direct_call_impl`): for a
+        kernel of one phase while no profile watches launches; else None (`launch` runs
+        it, and refuses a negative `shared_mem`)."""
+        if k.phases or shared_mem < 0 or profile.active is not None:
             return None
         return self._direct_call_impl(k)
 

@@ -75,4 +75,6 @@ def test_a_region_of_one_array_calls_its_host_kernel_directly(rt, monkeypatch):
     offload.target(k.add, a, 2, map=[offload.tofrom(a)], device=0)
     offload.target(k.addc, a, 3, map=[offload.tofrom(a)], device=0)
     assert launched == ["add", "addc"] and list(a) == [6, 3, 3, 3]
-    assert state()["devices"][0]["mappings"] == 0
+    with pytest.raises(offload.OffloadError, match="shared_mem=-1"):      # launch's check
+        offload.target(k.inc, a, map=[offload.tofrom(a)], device=0, shared_mem=-1)
+    assert list(a) == [6, 3, 3, 3] and state()["devices"][0]["mappings"] == 0
