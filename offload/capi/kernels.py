@@ -185,7 +185,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
     plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
     run = (dev, fn, name, arrays, plan, teams, threads, tripcount)
     got = _run_present(*run)
-    if type(got) is not tuple:
+    if not isinstance(got, tuple):
         return got
     base, begin, size, type_ = got                    # the one component to map first
     if not maps.single_section(dev, base, begin, size, type_):
