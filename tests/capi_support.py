@@ -1,5 +1,6 @@
 """What the drop-in's tests share: clang-19, LLVM 19's runtime, offload's library
 (`ours`), the programs of tests/capi built once (`built`) and running one (`run`)."""
+import ctypes
 import glob
 import os
 import shutil
@@ -63,3 +64,31 @@ def run_on_ours(tmp_path, ours, name, *args, **env):
                     os.path.join(HERE, "capi", name), "-o", str(exe)], check=True,
                    capture_output=True)
     return run(str(exe), f"{ours}:{LLVM_LIB}", *args, **env)
+
+
+_P = ctypes.POINTER(ctypes.c_void_p)
+_I = ctypes.POINTER(ctypes.c_int64)
+
+
+def construct(lib, kind, a, t, dev=0, begin=None, size=None):
+    """The data construct through the library's own export (its C body, then the
+    runtime), in this process: the library shares this program's runtime."""
+    p = a.ctypes.data if begin is None else begin
+    fn = getattr(lib, f"__tgt_target_data_{kind}_mapper")
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, _P, _P, _I, _I,
+                   ctypes.c_void_p, ctypes.c_void_p]
+    bases, begins = (ctypes.c_void_p * 1)(a.ctypes.data), (ctypes.c_void_p * 1)(p)
+    sizes = (ctypes.c_int64 * 1)(a.nbytes - (p - a.ctypes.data) if size is None else size)
+    types = (ctypes.c_int64 * 1)(t)
+    fn(None, dev, 1, bases, begins, sizes, types, None, None)
+
+
+def count(monkeypatch, calls, module, name, key=None):
+    """Count the calls of module.name in calls[key or name] (for this test)."""
+    real = getattr(module, name)
+
+    def counted(*args, **kw):
+        calls[key or name] = calls.get(key or name, 0) + 1
+        return real(*args, **kw)
+    monkeypatch.setattr(module, name, counted)
