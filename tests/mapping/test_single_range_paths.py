@@ -241,3 +241,30 @@ def test_a_region_on_mapped_data_gets_its_arguments_as_a_typed_record(runtime):
         table.steps.release_present(found.marked)
         assert e.busy == 0
         assert present((a, object())) is None and e.busy == 0   # an object: Python decides
+
+
+@pytest.mark.parametrize("room", [True, False], ids=["pool", "freed"])
+def test_a_copy_back_outside_the_lock_gives_its_block_back_either_way(runtime, monkeypatch,
+                                                                       room):
+    """The compiled core's last copy back made outside the table's lock (every copy, with
+    limit 0) brings the data back, then puts the block back on the pool when the pool has
+    room, else frees it through MappingTable._release; nothing stays allocated."""
+    monkeypatch.setattr(_accel, "LIMIT", 0)
+    calls = _counting(monkeypatch)                 # the Python methods' calls
+    runtime(OFFLOAD_ACCEL=1)
+    if not _accelerated():
+        pytest.skip("the accelerator does not build here (no C compiler or Python headers)")
+    k = offload.compile_c(SRC)
+    gen = offload.runtime.current().device(0).generic
+    a = np.arange(1024, dtype=np.int32)
+    offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0)   # pools a block
+    live, pooled = gen.live_allocations(), gen.pool.bytes
+    assert pooled == a.nbytes
+    if not room:
+        gen.pool.limit = 0                    # the block is taken, never given back
+    calls.update(begin=0, end=0)
+    offload.target(k.inc, a, a.size, map=[offload.tofrom(a)], device=0)
+    assert calls == {"begin": 0, "end": 0}, calls          # both ends in C
+    assert (a == np.arange(1024) + 2).all()
+    assert gen.live_allocations() == live and len(offload.runtime.current().device(0).table) == 0
+    assert gen.pool.bytes == (a.nbytes if room else 0)
