@@ -8,8 +8,9 @@ launched before it followed LLVM 19).
 Two more measurements say where a gap comes from: the CUDA model rebuilt with
 UNROLL_FACTOR=1 (one element per thread and no unrolling: the shape of clang-19's
 kernels, one load in flight per thread), and the cost of one construct, the best time of
-each kernel at 1,024 elements (launch, the `update from(a[0:0])` BabelStream adds, and
-the wait), against the CUDA model's launch and wait.
+each kernel at 1,024 elements (launch and wait: the `update from(a[0:0])` BabelStream
+adds after each kernel is for Cray's compiler only), against the CUDA model's launch and
+wait.
 
 `--build BABELSTREAM_SRC DIR` (on a machine with clang-19; BABELSTREAM_SRC a checkout)
 builds DIR/omp-stream and copies the sources to DIR/src. On the GPU machine:
