@@ -144,12 +144,12 @@ static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
 /* The first half of present_map over its six arguments (`args`: n and five addresses),
  * with `first` (or NULL) put before the kernel's arguments: 1 with *kargs_out and
  * *marked_out (new lists); 0 with nothing marked for a list the general rules take; 2
- * with nothing marked and *absent the index of the list's one component that shares no
- * byte with any mapping, when `absent` is given and every other component lies inside a
- * made mapping (so shares none with it) or is a literal; -1 with an exception (a
- * malformed call, or no memory). */
+ * with nothing marked and *absent the (base, begin, size, type) of the list's one
+ * component that shares no byte with any mapping, when `absent` is given and every other
+ * lies inside a made mapping (so shares none with it) or is a literal; -1 with an
+ * exception (a malformed call, or no memory). */
 static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject **kargs_out,
-                    PyObject **marked_out, Py_ssize_t *absent) {
+                    PyObject **marked_out, PyObject **absent) {
   unsigned long long at[5];
   Py_ssize_t n = PyLong_AsSsize_t(args[0]);
   if (n == -1 && PyErr_Occurred())
@@ -214,8 +214,10 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
     Py_DECREF(marked);
     if (refused)
       return 0;
-    *absent = missing;
-    return 2;
+    *absent = Py_BuildValue("(KKLL)", (unsigned long long)(uintptr_t)bases[missing],
+                            (unsigned long long)(uintptr_t)begins[missing],
+                            (long long)sizes[missing], (long long)types[missing]);
+    return *absent ? 2 : -1;
   }
   give_table_lock(a);
   *kargs_out = kargs;
@@ -228,18 +230,6 @@ fail:
   Py_XDECREF(kargs);
   Py_XDECREF(marked);
   return -1;
-}
-
-/* (base, begin, size, type) of component i of present_map's list (its arguments `args`,
- * checked by mark_map). */
-static PyObject *absent_component(PyObject *const *args, Py_ssize_t i) {
-  void *const *bases = (void *const *)(uintptr_t)PyLong_AsUnsignedLongLong(args[1]);
-  void *const *begins = (void *const *)(uintptr_t)PyLong_AsUnsignedLongLong(args[2]);
-  const int64_t *sizes = (const int64_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[3]);
-  const int64_t *types = (const int64_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[4]);
-  return Py_BuildValue("(KKLL)", (unsigned long long)(uintptr_t)bases[i],
-                       (unsigned long long)(uintptr_t)begins[i], (long long)sizes[i],
-                       (long long)types[i]);
 }
 
 /* present_map(n, bases, begins, sizes, types, mappers) -> PresentArgs or None: a kernel
@@ -260,10 +250,10 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
     PyErr_SetString(PyExc_TypeError, PRESENT_MAP_USAGE);
     return NULL;
   }
-  Py_ssize_t absent;
+  PyObject *absent;
   int got = mark_map(a, args, NULL, &kargs, &marked, &absent);
   if (got == 2)
-    return absent_component(args, absent);
+    return absent;
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
   return present_args(a, kargs, marked);
@@ -286,10 +276,10 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   }
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
-  Py_ssize_t absent;
+  PyObject *absent;
   int got = mark_map(a, args, args[7], &kargs, &marked, &absent);
   if (got == 2)
-    return absent_component(args, absent);
+    return absent;
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
   return launched(a, launch_now(a, args[6], kargs), kargs, marked);

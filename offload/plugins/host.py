@@ -261,10 +261,11 @@ class HostDevice(GenericDevice):
     def _launch_impl(self, kernel: GenericKernel, args: Sequence[Any], teams: int | None,
                      threads: int | None, queue: Any, shared_mem: int = 0) -> None:
         ffi, fn, direct, pointers, chars = kernel.handle
-        if direct is not None and queue is None and not chars and \
-                len(args) == len(kernel.params):
+        call = self._direct_call_impl(kernel) if queue is None and \
+            len(args) == len(kernel.params) else None
+        if call is not None:
             try:                 # addresses as ints: cffi refuses anything else unrun
-                direct(*args)
+                call(*args)
                 return
             except (TypeError, OverflowError):
                 pass                 # converted below, or named by the check
