@@ -165,12 +165,13 @@ def device(dev: int, construct: bool = True) -> Any:
     """The Device for an LLVM device number, its images loaded; None for the initial
     device (and, for constructs, every device when offloading is disabled)."""
     rt = runtime._process.live
-    hit = _found.get(dev)
+    n = dev if dev >= 0 or rt is None else device_number(dev)   # the default device: now
+    hit = _found.get(n)
     if hit is not None and hit[0] is rt and hit[1] == registry.version and not rt.closing:
         return hit[2]
     if rt is None or rt.closing:
         rt = ensure_runtime()
-    n = dev if dev >= 0 else device_number(dev)
+        n = dev if dev >= 0 else device_number(dev)
     if construct and _mandatory and rt._count == 0:
         # LLVM 19's checkDeviceAndCtors: no device while offloading is mandatory
         raise OffloadError(ErrorCode.INVALID_DEVICE, "No images found compatible with the "
@@ -186,13 +187,14 @@ def device(dev: int, construct: bool = True) -> Any:
     seen = _loaded.get(id(d))
     if seen is None or seen[1] != registry.version:
         _load_images(d)
-    if dev >= 0 and not _disabled:
-        _found[dev] = (rt, _loaded[id(d)][1], d)
+    if not _disabled:
+        _found[n] = (rt, _loaded[id(d)][1], d)
     return d
 
 
 #: device number -> (runtime, registry version, Device): what `device` found, while that
-#: runtime lives and no program (un)registers (LLVM's device number of a construct)
+#: runtime lives and no program (un)registers (LLVM's device number of a construct; the
+#: default device's, -1, as what it names at the call)
 _found: dict[int, tuple[Any, int, Any]] = {}
 
 

@@ -12,7 +12,7 @@ from .. import runtime
 from ..diagnostics import dump_table, plugin_say, say
 from ..errors import ErrorCode, OffloadError
 from ..mapping.region import Region
-from . import maps, ompt
+from . import hot_regions, maps, ompt
 from .abi import KERNEL_GENERAL
 from .devices import (
     OFFLOAD_FAIL,
@@ -170,14 +170,16 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
 
 
 def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes: int,
-                types: int, mappers: int, teams: int, threads: int, tripcount: int) -> bool:
+                types: int, mappers: int, teams: int, threads: int, tripcount: int,
+                hot: tuple[int, ...] | None = None) -> bool:
     """A region whose map list lies on mapped data (the compiled core's present_map: no
     mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
     one step, the launch too where the device plans it (omp_launch_plan:
     launch_present_map); a list with one plain section not yet mapped (a reduction's
     scalar) maps that section first (Region.single_range) and runs the rest so. False
     with nothing done (the general rules map the list). Not while OMPT listens (its data
-    callbacks come from the general rules)."""
+    callbacks come from the general rules). A region that ran so in one step is kept
+    under `hot` (hot_regions), if given."""
     steps = dev.table.steps
     if steps.present_map is None or ompt.listening:
         return False
@@ -185,7 +187,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
     arrays = (n, bases, begins, sizes, types, mappers)     # addresses (mappers 0: none)
     plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
     run = (dev, fn, name, arrays, plan, teams, threads, tripcount)
-    got = _run_present(*run)
+    got = _run_present(*run, hot)
     if not isinstance(got, tuple):
         return got
     base, begin, size, type_ = got                    # the one component to map first
@@ -199,12 +201,16 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
 
 
 def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: int,
-                 threads: int, tripcount: int) -> bool | tuple:
-    """_on_present's region when its whole list is mapped: True once it ran; False (the
+                 threads: int, tripcount: int, hot: tuple[int, ...] | None = None
+                 ) -> bool | tuple:
+    """_on_present's region when its whole list is mapped: True once it ran (kept under
+    `hot` when the core launched it or its kernel can be called directly); False (the
     general rules) or present_map's component to map first, with nothing done."""
     steps = dev.table.steps
     if plan is not None:                      # in C: marked, translated, launched, waited
         ran = steps.launch_present_map(*arrays, plan.spec, plan.first)
+        if ran is True and hot is not None:
+            hot_regions.keep(hot, dev, plan, None, 0)
         if ran is not False:
             return False if ran is None else ran
     found = steps.present_map(*arrays)
@@ -213,9 +219,14 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
     if type(found) is tuple:
         return found
     try:
-        _run_kernel(dev, fn, name, found.kernel_args, teams, threads, tripcount)
+        kargs = found.kernel_args
+        _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
     finally:
         steps.release_present(found.marked)
+    call = None if hot is None else dev.generic.omp_direct_call(fn, name, len(kargs), teams,
+                                                                threads)
+    if call is not None:
+        hot_regions.keep(hot, dev, None, call, len(kargs))  # type: ignore[arg-type]
     return True
 
 
@@ -277,6 +288,15 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
     """A region (KERNEL_EXPORTS[export]) with a map list that kernel_one did not take, its
     arrays by address: run here when nothing watches the table and the list lies on
     mapped data (_on_present); KERNEL_GENERAL otherwise."""
+    key = (dev, host_ptr, num_teams, thread_limit, tripcount)
+    arrays = (n, bases, begins, sizes, types, mappers)
+    try:
+        h = hot_regions.find(key)
+        if h is not None and hot_regions.run(h, arrays):
+            return OFFLOAD_SUCCESS
+    except OffloadError as exc:
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL
@@ -284,7 +304,7 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
         return KERNEL_GENERAL
     try:
         ran = _on_present(d, host_ptr, n, bases, begins, sizes, types, mappers, num_teams,
-                          thread_limit, tripcount)
+                          thread_limit, tripcount, key)
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL

@@ -172,7 +172,7 @@ class GenericDevice(DeviceHooks):
 
     def omp_launch(self, program: Any, name: str, args: Sequence[int], teams: int,
                    threads: int, tripcount: int) -> tuple[int, int, str]:
-        if not self._omp_watched():
+        if not self.omp_watched():
             return self._omp_launch_impl(program, name, args, teams, threads, tripcount)
         p = profile.active
         if p is not None:
@@ -188,7 +188,7 @@ class GenericDevice(DeviceHooks):
         (the vendor's `_omp_direct_call_impl`), for a launch of the default geometry
         (no num_teams or thread_limit clause) while no profile or recording watches;
         else None (omp_launch runs it)."""
-        if teams > 0 or threads > 0 or self._omp_watched():
+        if teams > 0 or threads > 0 or self.omp_watched():
             return None
         return self._omp_direct_call_impl(program, name, nargs)
 
@@ -197,11 +197,11 @@ class GenericDevice(DeviceHooks):
         """How offload/accel_c may run omp_launch's kernel itself (the vendor's
         `_omp_launch_plan_impl`), or None: while a profile or a recording watches,
         omp_launch does it."""
-        if not self.accel_launches or self._omp_watched():
+        if not self.accel_launches or self.omp_watched():
             return None
         return self._omp_launch_plan_impl(program, name, teams, threads, tripcount)
 
-    def _omp_watched(self) -> bool:
+    def omp_watched(self) -> bool:
         """Whether a profile or a kernel recording watches this device's launches."""
         return profile.active is not None or self.arena is not None
 

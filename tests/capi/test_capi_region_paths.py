@@ -116,7 +116,7 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
     decoded in Python; `always` and a pointer into unmapped memory take the general rules;
     the pure-Python core maps every list by the general rules; the results agree."""
     from offload import _accel
-    from offload.capi import kernels, maps
+    from offload.capi import hot_regions, kernels, maps
     table, calls, _ = spied
     taken = []
     step = table.steps.present_map
@@ -131,6 +131,8 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
 
     _count(monkeypatch, calls, maps, "decode")
     _count(monkeypatch, calls, kernels, "_run_kernel", "run")
+    _count(monkeypatch, calls, hot_regions, "run", "hot")
+    hot_regions.forget()
     m = offload.compile_openmp(ON_MAPPED)
     a = np.arange(1000, dtype=np.int32)
     b = np.zeros(1000, dtype=np.int32)
@@ -145,13 +147,14 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
     m.loose(a, loose)                       # not mapped: the host pointer, the general rules
     m.leave(a, b, 1000)
     assert b[0] == 10 and list(b[1:3]) == [2, 3] and a[1] == b[1] and a[2] == 9
-    assert calls["run"] == 6 and len(table) == 0
+    assert len(table) == 0
     # decoded: the enter and exit data constructs (two components each), and the regions
     # the general rules took
     if step is None:
-        assert calls["decode"] == 2 + 6, calls
-    else:
+        assert calls["decode"] == 2 + 6 and calls["run"] == 6 and "hot" not in calls, calls
+    else:   # the second and third `pointers` from what the first kept (hot_regions)
         assert taken == [True] * 4 + [False] * 2 and calls["decode"] == 2 + 2, (taken, calls)
+        assert calls["run"] == 4 and calls["hot"] == 2, calls
 
 
 REDUCTION = r'''

@@ -1,0 +1,173 @@
+"""A kernel region that ran on mapped data in one step runs again from what was kept of it
+(hot_regions): no device, kernel or plan lookup, while all of that is still true. Each
+change that makes it untrue sends the next launch the general way: the default device
+naming another device, a program registered, a profile or a kernel recording, an OMPT
+tool, the region's data unmapped. Asserted by counting the paths, in-process through the
+library's exports; with the pure-Python core nothing is kept."""
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+import offload
+from offload.capi import abi, devices, hot_regions, kernels
+from tests.capi_support import LLVM_LIB, WHY, ours  # noqa: F401 - fixture
+from tests.capi_support import count as _count
+
+pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
+
+PROGRAM = r'''
+void enter(int *a, int *b, int n) {
+#pragma omp target enter data map(to: a[0:n], b[0:n])
+}
+void leave(int *a, int *b, int n) {
+#pragma omp target exit data map(from: a[0:n], b[0:n])
+}
+void bump(int *a, int *b, int k) {
+#pragma omp target
+  { b[k] = a[k] + 1; }
+}
+'''
+
+
+@pytest.fixture
+def two(runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
+    """(calls, set_default, compiled): two host devices, the library's exports in this
+    process, the paths counted (`hot`: a kept region run, True or not; `general`: the
+    lookups of _on_present; `launch`: the device's omp_launch)."""
+    runtime(OFFLOAD_HOST_NUM_DEVICES=2)
+    ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    hot_regions.forget()
+    calls = {}
+    _count(monkeypatch, calls, hot_regions, "run", "hot")
+    _count(monkeypatch, calls, kernels, "_on_present", "general")
+    gen = offload.runtime.current().device(0).generic
+    _count(monkeypatch, calls, gen, "omp_launch", "launch")
+    compiled = offload.runtime.current().device(0).table.steps.present_map is not None
+    yield calls, _set_default, compiled
+    _set_default(0)
+    hot_regions.forget()
+
+
+def _set_default(n):
+    """The default device of this thread, as the exports read it (libomp's, when the
+    library found libomp loaded, else the runtime's own)."""
+    if devices.libomp is not None:
+        devices.libomp.omp_set_default_device(n)
+    offload.omp.omp_set_default_device(n)
+
+
+def _arrays():
+    return np.arange(100, dtype=np.int32), np.zeros(100, dtype=np.int32)
+
+
+def test_a_region_run_again_takes_what_was_kept(two):
+    """The second and later launches of a region on mapped data run from what the first
+    kept (compiled core); the results are those of the general way."""
+    calls, _, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    a, b = _arrays()
+    m.enter(a, b, 100)
+    for k in range(4):
+        m.bump(a, b, k)
+    m.leave(a, b, 100)
+    assert list(b[:5]) == [1, 2, 3, 4, 0]
+    if compiled:
+        assert calls.get("general") == 1 and calls.get("hot") == 3, calls
+        assert calls.get("launch") == 1, calls             # then called directly
+    else:
+        assert "general" in calls and "hot" not in calls, calls
+
+
+def test_another_default_device_is_not_the_kept_one(two):
+    """omp_set_default_device(1) after a region was kept on device 0: the next launch
+    runs on device 1 (a and b not mapped there: the host arrays themselves), not on device
+    0's copies."""
+    calls, set_default, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    a, b = _arrays()
+    m.enter(a, b, 100)
+    m.bump(a, b, 0)
+    m.bump(a, b, 1)
+    set_default(1)
+    m.bump(a, b, 2)
+    assert list(b[:3]) == [0, 0, 3]            # device 1 wrote the host array itself
+    set_default(0)
+    m.bump(a, b, 3)                            # device 0 again: its region kept afresh
+    m.leave(a, b, 100)
+    assert list(b[:5]) == [1, 2, 0, 4, 0]      # device 0's copy back
+    if compiled:
+        assert calls.get("general") == 3 and calls.get("hot") == 1, calls
+
+
+@pytest.mark.parametrize("change", ["register", "recording", "profile", "ompt"])
+def test_what_makes_a_kept_region_untrue_sends_it_the_general_way(two, monkeypatch,
+                                                                   tmp_path, change):
+    """After a region was kept: a program registered, a kernel recording or a profile
+    watching the device, an OMPT tool listening: the next launch takes the general way
+    (omp_launch runs it, so a watcher sees it) and the result is the same."""
+    calls, _, compiled = two
+    if not compiled:
+        pytest.skip("no compiled core in this mode: nothing is kept")
+    m = offload.compile_openmp(PROGRAM)
+    a, b = _arrays()
+    m.enter(a, b, 100)
+    m.bump(a, b, 0)
+    m.bump(a, b, 1)
+    assert calls.get("general") == 1 and calls.get("launch") == 1 and calls["hot"] == 1
+    gen = offload.runtime.current().device(0).generic
+    seen = []
+    if change == "register":
+        offload.compile_openmp(PROGRAM.replace("bump", "other"))
+    elif change == "recording":
+        monkeypatch.setattr(gen, "arena", _Recording(seen))
+    elif change == "profile":
+        p = offload.profile.Profile(str(tmp_path / "profile.json"), 0)
+        monkeypatch.setattr(offload.profile, "active", p)
+    else:
+        from offload.capi import ompt
+        monkeypatch.setattr(ompt, "listening", True)
+    m.bump(a, b, 2)
+    assert calls["hot"] == 1, calls                  # forgotten: not run from the kept
+    # the general way: _on_present's lookups (not while OMPT listens: the export's own
+    # path), omp_launch running the kernel
+    assert calls["general"] == (1 if change == "ompt" else 2), calls
+    assert calls["launch"] == 2, calls
+    if change == "recording":
+        assert seen == ["after"], seen
+    elif change == "profile":
+        assert p._totals["Kernel Target"][0] == 1
+    monkeypatch.undo()
+
+
+def test_a_kept_region_whose_data_went_runs_the_general_way(two):
+    """The region's arrays unmapped after it was kept: the kept run finds its list not on
+    mapped data and does nothing; the general rules run it on the host pointers."""
+    calls, _, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    a, b = _arrays()
+    m.enter(a, b, 100)
+    m.bump(a, b, 0)
+    m.leave(a, b, 100)
+    m.bump(a, b, 1)                        # not mapped: the host arrays (host device)
+    assert list(b[:3]) == [1, 2, 0]
+    assert len(offload.runtime.current().device(0).table) == 0
+    if compiled:                           # the kept run found nothing to run on
+        assert calls.get("general") == 2 and calls.get("hot") == 1, calls
+
+
+class _Recording:
+    """A kernel recording's arena as omp_launch sees it: what it was told, in `seen`."""
+
+    used = 0
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def before_launch(self, name, image):
+        pass
+
+    def after_launch(self, *args):
+        self.seen.append("after")
