@@ -15,6 +15,8 @@ from . import ompt
 from .devices import device, registry
 
 KEPT = 4096                        # regions kept (then all forgotten)
+#: (device number as given, region id, num_teams, thread_limit, trip count)
+Key = tuple[int, int, int, int, int]
 
 
 class HotRegion(NamedTuple):
@@ -28,10 +30,10 @@ class HotRegion(NamedTuple):
     nargs: int
 
 
-_HOT: dict[tuple[int, int, int, int, int], HotRegion] = {}
+_HOT: dict[Key, HotRegion] = {}
 
 
-def find(key: tuple[int, int, int, int, int]) -> HotRegion | None:
+def find(key: Key) -> HotRegion | None:
     """The region kept for `key`, while still true of it (else forgotten: None)."""
     h = _HOT.get(key)
     if h is None:
@@ -43,7 +45,7 @@ def find(key: tuple[int, int, int, int, int]) -> HotRegion | None:
     return h
 
 
-def keep(key: tuple[int, int, int, int, int], d: Any, plan: OmpLaunchPlan | None,
+def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
          call: Callable[..., Any] | None, nargs: int) -> None:
     """Remember how region `key` ran on device `d` just now."""
     if len(_HOT) >= KEPT:

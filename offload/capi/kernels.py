@@ -171,7 +171,7 @@ def target_kernel(loc: Any, dev: int, num_teams: int, thread_limit: int, host_pt
 
 def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes: int,
                 types: int, mappers: int, teams: int, threads: int, tripcount: int,
-                hot: tuple[int, ...] | None = None) -> bool:
+                hot: hot_regions.Key | None = None) -> bool:
     """A region whose map list lies on mapped data (the compiled core's present_map: no
     mapper, nothing to copy, attach or allocate) run with its mappings marked in use, in
     one step, the launch too where the device plans it (omp_launch_plan:
@@ -201,7 +201,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
 
 
 def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: int,
-                 threads: int, tripcount: int, hot: tuple[int, ...] | None = None
+                 threads: int, tripcount: int, hot: hot_regions.Key | None = None
                  ) -> bool | tuple:
     """_on_present's region when its whole list is mapped: True once it ran (kept under
     `hot` when the core launched it or its kernel can be called directly); False (the
@@ -223,10 +223,10 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
         _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
     finally:
         steps.release_present(found.marked)
-    call = None if hot is None else dev.generic.omp_direct_call(fn, name, len(kargs), teams,
-                                                                threads)
-    if call is not None:
-        hot_regions.keep(hot, dev, None, call, len(kargs))  # type: ignore[arg-type]
+    if hot is not None:
+        call = dev.generic.omp_direct_call(fn, name, len(kargs), teams, threads)
+        if call is not None:
+            hot_regions.keep(hot, dev, None, call, len(kargs))
     return True
 
 
