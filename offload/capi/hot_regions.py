@@ -53,7 +53,7 @@ def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
     _HOT[key] = HotRegion(d, registry.version, plan, call, nargs)
 
 
-def run(h: HotRegion, arrays: tuple[int, int, int, int, int, int]) -> bool:
+def run(h: HotRegion, arrays: tuple[int, ...]) -> bool:
     """The region again on its map list `arrays` (present_map's addresses): True once it
     ran; False with nothing done when the list is not all on mapped data now."""
     steps = h.device.table.steps

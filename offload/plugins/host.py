@@ -52,7 +52,7 @@ HOST_MACHINE = _MACHINES.get(_ARCH.lower(), "EM_" + _ARCH.upper())
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
 # (image handle, kernel name, argument count) -> the cffi function to call
-_OMP_KERNELS: dict[tuple[Any, str, int], Any] = {}
+_OMP_KERNELS: dict[tuple[Any, ...], Any] = {}
 
 
 
@@ -318,7 +318,7 @@ class HostDevice(GenericDevice):
 
     def _omp_direct_call_impl(self, program: Any, name: str,
                               nargs: int) -> Callable[..., Any] | None:
-        key = (program, name, -nargs)               # its dyn_ptr bound
+        key = (program, name, "bound", nargs)       # its dyn_ptr bound
         call = _OMP_KERNELS.get(key)
         if call is None:
             call = _OMP_KERNELS[key] = functools.partial(

@@ -28,6 +28,10 @@ void bump(int *a, int *b, int k) {
 #pragma omp target
   { b[k] = a[k] + 1; }
 }
+void empty(void) {
+#pragma omp target
+  { }
+}
 '''
 
 
@@ -79,6 +83,20 @@ def test_a_region_run_again_takes_what_was_kept(two):
         assert calls.get("launch") == 1, calls             # then called directly
     else:
         assert "general" in calls and "hot" not in calls, calls
+
+
+def test_an_empty_region_run_again_takes_what_was_kept(two):
+    """A region with an empty map list (its C body's kernel_one) is kept as well: the
+    second and later launches run from it (the kernel called directly, not omp_launch)."""
+    calls, _, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    for _ in range(3):
+        m.empty()
+    if compiled:
+        assert calls.get("general") == 1 and calls.get("hot") == 2, calls
+        assert calls.get("launch") == 1, calls
+    else:
+        assert "hot" not in calls and calls.get("launch") == 3, calls
 
 
 def test_another_default_device_is_not_the_kept_one(two):
