@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..plugins.accel_specs import OmpLaunchPlan
-from . import ompt
+from . import maps, ompt
 from .devices import device, registry
 
 KEPT = 4096                        # regions kept (then all forgotten)
@@ -68,6 +68,17 @@ def run(h: HotRegion, arrays: tuple[int, ...]) -> bool:
         h.call(*found.kernel_args)              # type: ignore[misc]
     finally:
         steps.release_present(found.marked)
+    return True
+
+
+def run_section(h: HotRegion, base: int, begin: int, size: int, type: int) -> bool:
+    """The region again on its one component (kernel_one's): True once it ran, the
+    component mapped in fewer steps and its device address passed to the kept call;
+    False with nothing done when that is not a plain section argument now."""
+    if h.call is None or h.nargs != 1 or not type & maps.TARGET_PARAM or \
+            not maps.single_section(h.device, base, begin, size, type):
+        return False
+    maps.on_section(h.device, begin, size, type, h.call)
     return True
 
 

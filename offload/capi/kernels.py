@@ -83,7 +83,7 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         return OFFLOAD_SUCCESS
     one = maps.single_section_arg(dev, args)
     if one is not None:                          # one array section: in fewer steps
-        _on_section(dev, one.begin, one.size, one.type, _run_one, one, dev, fn, name, given,
+        maps.on_section(dev, one.begin, one.size, one.type, _run_one, one, dev, fn, name, given,
                     teams, threads, tripcount)
     else:
         _run_mapped(dev, fn, name, args, given, bases, teams, threads, tripcount)
@@ -194,7 +194,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
     if not maps.single_section(dev, base, begin, size, type_):
         return False
     try:
-        _on_section(dev, begin, size, type_, _run_mapped_one, *run)
+        maps.on_section(dev, begin, size, type_, _run_mapped_one, *run)
     except _NotPresent:
         return False                 # unmapped meanwhile: the general rules, afresh
     return True
@@ -230,14 +230,6 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
     return True
 
 
-def _on_section(dev: Any, begin: int, size: int, type: int, launch: Callable[..., Any],
-                *args: Any) -> None:
-    """Region.single_range over a plain section of a map list (maps.single_section):
-    `launch(device address, *args)` with the section mapped by its TO/FROM bits."""
-    Region.single_range(dev.table, begin, size, type & 0x3, None, False,   # TO, FROM
-                        launch, *args)
-
-
 class _NotPresent(Exception):
     """A list no longer on mapped data once its one section was mapped."""
 
@@ -258,7 +250,8 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     argument (TARGET_PARAM) is then its device address; KERNEL_GENERAL otherwise (the
     body then tries kernel_many)."""
     key = (dev, host_ptr, num_teams, thread_limit, tripcount)
-    kept = None if n else _run_kept(loc, key, _NO_LIST)
+    kept = _run_kept(loc, key, hot_regions.run_section, base, begin, size, type) if n else \
+        _run_kept(loc, key, hot_regions.run, _NO_LIST)
     if kept is not None:
         return kept
     d = construct_device(dev)
@@ -278,9 +271,10 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         param = type & maps.TARGET_PARAM
         call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
         if call is not None:                     # called with the section's address
-            _on_section(d, begin, size, type, call)
+            maps.on_section(d, begin, size, type, call)
+            hot_regions.keep(key, d, None, call, 1)
         else:
-            _on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
+            maps.on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
                         thread_limit, tripcount)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:
@@ -295,7 +289,7 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
     arrays by address: run here when nothing watches the table and the list lies on
     mapped data (_on_present); KERNEL_GENERAL otherwise."""
     key = (dev, host_ptr, num_teams, thread_limit, tripcount)
-    kept = _run_kept(loc, key, (n, bases, begins, sizes, types, mappers))
+    kept = _run_kept(loc, key, hot_regions.run, (n, bases, begins, sizes, types, mappers))
     if kept is not None:
         return kept
     d = construct_device(dev)
@@ -315,12 +309,14 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
 _NO_LIST = (0, 0, 0, 0, 0, 0)           # an empty map list, as present_map takes it
 
 
-def _run_kept(loc: Any, key: hot_regions.Key, arrays: tuple[int, ...]) -> int | None:
-    """The region `key` on map list `arrays` as hot_regions kept it: OFFLOAD_SUCCESS once
-    it ran, OFFLOAD_FAIL once it failed (reported), None with nothing done."""
+def _run_kept(loc: Any, key: hot_regions.Key, run: Callable[..., bool],
+              *args: Any) -> int | None:
+    """The region `key` as hot_regions kept it, `run(kept, *args)` (its map list):
+    OFFLOAD_SUCCESS once it ran, OFFLOAD_FAIL once it failed (reported), None with
+    nothing done."""
     try:
         h = hot_regions.find(key)
-        if h is not None and hot_regions.run(h, arrays):
+        if h is not None and run(h, *args):
             return OFFLOAD_SUCCESS
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
