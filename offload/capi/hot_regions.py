@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..plugins.accel_specs import OmpLaunchPlan
-from . import maps, ompt
+from . import ompt
 from .devices import device, registry
 
 KEPT = 4096                        # regions kept (then all forgotten)
@@ -53,7 +53,7 @@ def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
     _HOT[key] = HotRegion(d, registry.version, plan, call, nargs)
 
 
-def run(h: HotRegion, arrays: tuple[int, ...]) -> bool:
+def run(h: HotRegion, arrays: tuple[int, int, int, int, int, int]) -> bool:
     """The region again on its map list `arrays` (present_map's addresses): True once it
     ran; False with nothing done when the list is not all on mapped data now."""
     steps = h.device.table.steps
@@ -68,17 +68,6 @@ def run(h: HotRegion, arrays: tuple[int, ...]) -> bool:
         h.call(*found.kernel_args)              # type: ignore[misc]
     finally:
         steps.release_present(found.marked)
-    return True
-
-
-def run_section(h: HotRegion, base: int, begin: int, size: int, type: int) -> bool:
-    """The region again on its one component (kernel_one's): True once it ran, the
-    component mapped in fewer steps and its device address passed to the kept call;
-    False with nothing done when that is not a plain section argument now."""
-    if h.call is None or h.nargs != 1 or not type & maps.TARGET_PARAM or \
-            not maps.single_section(h.device, base, begin, size, type):
-        return False
-    maps.on_section(h.device, begin, size, type, h.call)
     return True
 
 

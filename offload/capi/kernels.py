@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from .. import runtime
@@ -249,11 +248,6 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     reports) and the component is a single section (maps.single_section), whose one
     argument (TARGET_PARAM) is then its device address; KERNEL_GENERAL otherwise (the
     body then tries kernel_many)."""
-    key = (dev, host_ptr, num_teams, thread_limit, tripcount)
-    kept = _run_kept(loc, key, hot_regions.run_section, base, begin, size, type) if n else \
-        _run_kept(loc, key, hot_regions.run, _NO_LIST)
-    if kept is not None:
-        return kept
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL                   # the host fallback runs the region
@@ -264,15 +258,12 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         fn, name = _kernel(d, host_ptr)
         gen = d.generic
         if not n:                                # nothing mapped, nothing passed
-            if not _on_present(d, host_ptr, *_NO_LIST, num_teams, thread_limit, tripcount,
-                               key):
-                gen.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
+            gen.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
             return OFFLOAD_SUCCESS
         param = type & maps.TARGET_PARAM
         call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
         if call is not None:                     # called with the section's address
             maps.on_section(d, begin, size, type, call)
-            hot_regions.keep(key, d, None, call, 1)
         else:
             maps.on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
                         thread_limit, tripcount)
@@ -289,9 +280,13 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
     arrays by address: run here when nothing watches the table and the list lies on
     mapped data (_on_present); KERNEL_GENERAL otherwise."""
     key = (dev, host_ptr, num_teams, thread_limit, tripcount)
-    kept = _run_kept(loc, key, hot_regions.run, (n, bases, begins, sizes, types, mappers))
-    if kept is not None:
-        return kept
+    try:
+        h = hot_regions.find(key)
+        if h is not None and hot_regions.run(h, (n, bases, begins, sizes, types, mappers)):
+            return OFFLOAD_SUCCESS
+    except OffloadError as exc:
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
     d = construct_device(dev)
     if d is None:
         return OFFLOAD_FAIL
@@ -304,24 +299,6 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
     return OFFLOAD_SUCCESS if ran else KERNEL_GENERAL
-
-
-_NO_LIST = (0, 0, 0, 0, 0, 0)           # an empty map list, as present_map takes it
-
-
-def _run_kept(loc: Any, key: hot_regions.Key, run: Callable[..., bool],
-              *args: Any) -> int | None:
-    """The region `key` as hot_regions kept it, `run(kept, *args)` (its map list):
-    OFFLOAD_SUCCESS once it ran, OFFLOAD_FAIL once it failed (reported), None with
-    nothing done."""
-    try:
-        h = hot_regions.find(key)
-        if h is not None and run(h, *args):
-            return OFFLOAD_SUCCESS
-    except OffloadError as exc:
-        construct_failed(loc, exc, target=True)
-        return OFFLOAD_FAIL
-    return None
 
 
 def _run_section(tgt: int, gen: Any, fn: Any, name: str, param: int, teams: int,

@@ -28,29 +28,20 @@ void bump(int *a, int *b, int k) {
 #pragma omp target
   { b[k] = a[k] + 1; }
 }
-void add(int *a) {
-#pragma omp target map(tofrom: a[0:100])
-  for (int i = 0; i < 100; i++) a[i] += 1;
-}
-void empty(void) {
-#pragma omp target
-  { }
-}
 '''
 
 
 @pytest.fixture
 def two(runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
     """(calls, set_default, compiled): two host devices, the library's exports in this
-    process, the paths counted (`hot`: a kept region run, True or not, on a list or one
-    section; `general`: the lookups of _on_present; `launch`: the device's omp_launch)."""
+    process, the paths counted (`hot`: a kept region run, True or not; `general`: the
+    lookups of _on_present; `launch`: the device's omp_launch)."""
     runtime(OFFLOAD_HOST_NUM_DEVICES=2)
     ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
     ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
     hot_regions.forget()
     calls = {}
     _count(monkeypatch, calls, hot_regions, "run", "hot")
-    _count(monkeypatch, calls, hot_regions, "run_section", "hot")
     _count(monkeypatch, calls, kernels, "_on_present", "general")
     gen = offload.runtime.current().device(0).generic
     _count(monkeypatch, calls, gen, "omp_launch", "launch")
@@ -88,34 +79,6 @@ def test_a_region_run_again_takes_what_was_kept(two):
         assert calls.get("launch") == 1, calls             # then called directly
     else:
         assert "general" in calls and "hot" not in calls, calls
-
-
-def test_an_empty_region_run_again_takes_what_was_kept(two):
-    """A region with an empty map list (its C body's kernel_one) is kept as well: the
-    second and later launches run from it (the kernel called directly, not omp_launch)."""
-    calls, _, compiled = two
-    m = offload.compile_openmp(PROGRAM)
-    for _ in range(3):
-        m.empty()
-    if compiled:
-        assert calls.get("general") == 1 and calls.get("hot") == 2, calls
-        assert calls.get("launch") == 1, calls
-    else:
-        assert "hot" not in calls and calls.get("launch") == 3, calls
-
-
-def test_a_region_of_one_section_run_again_takes_what_was_kept(two):
-    """A region whose map list is one plain section (kernel_one's) is kept with its
-    kernel's direct call, with either core (the section is mapped in fewer steps, which
-    both have): later launches map the section and call it without the lookups."""
-    calls, _, _ = two
-    table = offload.runtime.current().device(0).table
-    m = offload.compile_openmp(PROGRAM)
-    a = np.zeros(100, dtype=np.int32)
-    for _ in range(3):
-        m.add(a)
-    assert (a == 3).all() and len(table) == 0
-    assert calls.get("hot") == 2 and "launch" not in calls, calls
 
 
 def test_another_default_device_is_not_the_kept_one(two):

@@ -62,6 +62,7 @@ def test_a_region_of_one_section_calls_the_host_kernel_directly(spied, monkeypat
     """kernel_one's plain section on the host calls the kernel with the section's device
     address (GenericDevice.omp_direct_call): no omp_launch step. A num_teams clause or a
     kernel recording sends it through omp_launch; the result is the same."""
+    from offload.capi import kernels
     _, calls, _ = spied
     gen = offload.runtime.current().device(0).generic
     _count(monkeypatch, calls, gen, "_omp_launch_impl", "launch")
@@ -71,11 +72,29 @@ def test_a_region_of_one_section_calls_the_host_kernel_directly(spied, monkeypat
     assert a[0] == 1 and "launch" not in calls, calls
     m.bump_teams(a)
     assert a[0] == 11 and calls["launch"] == 1, calls
+    # a kernel of no arguments: its direct call binds dyn_ptr, whether or not omp_launch
+    # has run it (each is kept by its own key)
+    m.nothing()
+    program, name = kernels._kernel(offload.runtime.current().device(0),
+                                    _region(m, "nothing"))
+    gen.omp_direct_call(program, name, 0, 0, 0)()
     monkeypatch.setattr(gen, "arena", object())        # as a kernel recording watches
     assert gen.omp_direct_call(None, "bump", 1, 0, 0) is None
 
 
+def _region(m, function):
+    """The region id (its host entry's address) of the one region in `function` of m."""
+    from offload.capi.devices import registry
+    found = [k for k, (_, e) in registry.kernels.items() if f"_{function}_l" in e.name]
+    assert len(found) == 1, found
+    return found[0]
+
+
 TEAMS = r'''
+void nothing(void) {
+#pragma omp target
+  { }
+}
 void bump_teams(int *a) {
 #pragma omp target teams num_teams(1) map(tofrom: a[0:1000])
   a[0] += 10;
