@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .. import runtime
@@ -82,7 +83,7 @@ def _launch(dev: Any, host_ptr: int, decoded: tuple[list[maps.Arg], list[maps.Ar
         return OFFLOAD_SUCCESS
     one = maps.single_section_arg(dev, args)
     if one is not None:                          # one array section: in fewer steps
-        maps.on_section(dev, one.begin, one.size, one.type, _run_one, one, dev, fn, name, given,
+        _on_section(dev, one.begin, one.size, one.type, _run_one, one, dev, fn, name, given,
                     teams, threads, tripcount)
     else:
         _run_mapped(dev, fn, name, args, given, bases, teams, threads, tripcount)
@@ -193,7 +194,7 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
     if not maps.single_section(dev, base, begin, size, type_):
         return False
     try:
-        maps.on_section(dev, begin, size, type_, _run_mapped_one, *run)
+        _on_section(dev, begin, size, type_, _run_mapped_one, *run)
     except _NotPresent:
         return False                 # unmapped meanwhile: the general rules, afresh
     return True
@@ -227,6 +228,14 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
         if call is not None:
             hot_regions.keep(hot, dev, None, call, len(kargs))
     return True
+
+
+def _on_section(dev: Any, begin: int, size: int, type: int, launch: Callable[..., Any],
+                *args: Any) -> None:
+    """Region.single_range over a plain section of a map list (maps.single_section):
+    `launch(device address, *args)` with the section mapped by its TO/FROM bits."""
+    Region.single_range(dev.table, begin, size, type & 0x3, None, False,   # TO, FROM
+                        launch, *args)
 
 
 class _NotPresent(Exception):
@@ -263,9 +272,9 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         param = type & maps.TARGET_PARAM
         call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
         if call is not None:                     # called with the section's address
-            maps.on_section(d, begin, size, type, call)
+            _on_section(d, begin, size, type, call)
         else:
-            maps.on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
+            _on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
                         thread_limit, tripcount)
         return OFFLOAD_SUCCESS
     except OffloadError as exc:

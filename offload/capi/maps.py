@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 from .. import locks
@@ -17,7 +16,6 @@ from ..clauses import MapItem, MapType
 from ..device import Device
 from ..entries import INF
 from ..errors import ErrorCode, OffloadError
-from ..mapping.region import Region
 from .abi import MEMBER_OF_MASK, NON_CONTIG
 from .images import _T_UINTPTR, _cast, addr, ffi
 
@@ -197,14 +195,6 @@ def single_section(dev: Device, base: int, begin: int, size: int, type: int) -> 
     with no bits but TO, FROM and TARGET_PARAM, on a table not observed (the one rule of
     the drop-in's fewer-steps path)."""
     return _plain(dev, type) and size > 0 and base == begin
-
-
-def on_section(dev: Device, begin: int, size: int, type: int,
-               launch: Callable[..., Any], *args: Any) -> None:
-    """Region.single_range over a plain section of a map list (single_section):
-    `launch(device address, *args)` with the section mapped by its TO/FROM bits."""
-    Region.single_range(dev.table, begin, size, type & (_TO | _FROM), None, False,
-                        launch, *args)
 
 
 def empty_update(dev: Device, size: int, type: int) -> bool:
