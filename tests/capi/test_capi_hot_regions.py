@@ -171,3 +171,39 @@ class _Recording:
 
     def after_launch(self, *args):
         self.seen.append("after")
+
+
+def test_kept_regions_under_threads_while_their_data_comes_and_goes(two):
+    """Four threads launch a kept region over and over while the main thread maps and
+    unmaps its arrays: each launch runs on the mapped copies (copied back at the unmap,
+    which waits for it) or, unmapped, on the host arrays; never on freed memory. Every
+    element ends a[k] + 1 and nothing stays mapped."""
+    import threading
+    calls, _, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    a, b = np.arange(64, dtype=np.int32), np.zeros(64, dtype=np.int32)
+    failures, stop = [], threading.Event()
+    m.enter(a, b, 64)
+    for k in range(4):
+        m.bump(a, b, k)                       # kept once, then run from what was kept
+    m.leave(a, b, 64)
+    assert calls.get("hot") == (3 if compiled else None), calls
+
+    def launch(k):
+        try:
+            while not stop.is_set():
+                m.bump(a, b, k)
+        except BaseException as exc:          # noqa: B036 - reported below
+            failures.append(exc)
+    threads = [threading.Thread(target=launch, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        m.enter(a, b, 64)
+        m.leave(a, b, 64)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert list(b[:4]) == [1, 2, 3, 4] and not b[4:].any()
+    assert len(offload.runtime.current().device(0).table) == 0
