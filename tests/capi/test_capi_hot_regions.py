@@ -59,17 +59,19 @@ def _set_default(n):
     offload.omp.omp_set_default_device(n)
 
 
-def _arrays():
-    return np.arange(100, dtype=np.int32), np.zeros(100, dtype=np.int32)
+def _entered():
+    """(the program, a, b) with a = 0..99 and b = 0 mapped on the default device."""
+    m = offload.compile_openmp(PROGRAM)
+    a, b = np.arange(100, dtype=np.int32), np.zeros(100, dtype=np.int32)
+    m.enter(a, b, 100)
+    return m, a, b
 
 
 def test_a_region_run_again_takes_what_was_kept(two):
     """The second and later launches of a region on mapped data run from what the first
     kept (compiled core); the results are those of the general way."""
     calls, _, compiled = two
-    m = offload.compile_openmp(PROGRAM)
-    a, b = _arrays()
-    m.enter(a, b, 100)
+    m, a, b = _entered()
     for k in range(4):
         m.bump(a, b, k)
     m.leave(a, b, 100)
@@ -86,9 +88,7 @@ def test_another_default_device_is_not_the_kept_one(two):
     runs on device 1 (a and b not mapped there: the host arrays themselves), not on device
     0's copies."""
     calls, set_default, compiled = two
-    m = offload.compile_openmp(PROGRAM)
-    a, b = _arrays()
-    m.enter(a, b, 100)
+    m, a, b = _entered()
     m.bump(a, b, 0)
     m.bump(a, b, 1)
     set_default(1)
@@ -111,9 +111,7 @@ def test_what_makes_a_kept_region_untrue_sends_it_the_general_way(two, monkeypat
     calls, _, compiled = two
     if not compiled:
         pytest.skip("no compiled core in this mode: nothing is kept")
-    m = offload.compile_openmp(PROGRAM)
-    a, b = _arrays()
-    m.enter(a, b, 100)
+    m, a, b = _entered()
     m.bump(a, b, 0)
     m.bump(a, b, 1)
     assert calls.get("general") == 1 and calls.get("launch") == 1 and calls["hot"] == 1
@@ -146,9 +144,7 @@ def test_a_kept_region_whose_data_went_runs_the_general_way(two):
     """The region's arrays unmapped after it was kept: the kept run finds its list not on
     mapped data and does nothing; the general rules run it on the host pointers."""
     calls, _, compiled = two
-    m = offload.compile_openmp(PROGRAM)
-    a, b = _arrays()
-    m.enter(a, b, 100)
+    m, a, b = _entered()
     m.bump(a, b, 0)
     m.leave(a, b, 100)
     m.bump(a, b, 1)                        # not mapped: the host arrays (host device)
