@@ -138,26 +138,38 @@ def test_regions_on_mapped_data_launch_in_one_compiled_step(lib, tmp_path):
     """tests/capi/present_regions.c on the GPU, its regions on shared data run by one
     thread (several may find the core's streams taken, and launch in Python): each region
     whose list lies on mapped data is marked, translated, launched and waited for by the
-    compiled core (launch_present_map, with the kernel's launch environment first), so
-    _on_present never hands its kernel to the Python launch (_run_kernel); the output up
-    to the threads' is the host's."""
-    import pstats
-    exe = os.path.join(PROGRAMS, "nvptx", "present_regions")
-    if not os.path.exists(exe):
-        pytest.skip("nvptx/present_regions not built (scripts/build-capi-gpu.sh)")
-    prof = str(tmp_path / "capi.prof")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
-    env.update(OFFLOAD_CAPI_PROFILE=prof, LD_LIBRARY_PATH=f"{lib}:{os.path.abspath(PROGRAMS)}")
-    res = subprocess.run([exe, "1"], capture_output=True, text=True, env=env, timeout=300,
-                         cwd="/tmp")
+    compiled core (launch_present_map, with the kernel's launch environment first), the
+    first launch of each through _on_present and the later ones from what it kept
+    (hot_regions), so neither hands its kernel to the Python launch (_run_kernel); the
+    output up to the threads' is the host's."""
+    res, stats = _profiled(lib, tmp_path, "present_regions", "1")
     with open(os.path.join(PROGRAMS, "expected", "present_regions.txt")) as f:
         expected = f.read()
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines()[:2] == expected.splitlines()[:2]
     assert res.stdout.splitlines()[3] == "slots: 200 0 0 0"
-    stats = pstats.Stats(prof).stats        # (file, line, function) -> (.., callers)
-    calls = {key[2]: (value[1], value[4]) for key, value in stats.items()
-             if key[0].endswith(os.path.join("capi", "kernels.py"))}
-    assert calls["_on_present"][0] >= 208, calls.get("_on_present")   # 5 + 3 + 200
-    callers = {k[2] for k in calls.get("_run_kernel", (0, {}))[1]}
-    assert "_on_present" not in callers, callers
+    def calls(module):
+        return {key[2]: (value[1], value[4]) for key, value in stats.items()
+                if key[0].endswith(os.path.join("capi", module))}
+    kernels, kept = calls("kernels.py"), calls("hot_regions.py")
+    # each region's first launch through _on_present, its later ones from what it kept
+    # (hot_regions.run): 5 + 3 + 200 in all
+    ran = kernels["_on_present"][0] + kept.get("run", (0,))[0]
+    assert ran >= 208 and kept["run"][0] >= 199, (kernels.get("_on_present"), kept)
+    callers = {k[2] for k in kernels.get("_run_kernel", (0, {}))[1]}
+    assert "_on_present" not in callers and "run" not in callers, callers
+
+
+def _profiled(lib, tmp_path, name, *args):
+    """(the run, its cProfile stats: (file, line, function) -> (.., callers)) of nvptx
+    program `name` on offload's library under OFFLOAD_CAPI_PROFILE."""
+    import pstats
+    exe = os.path.join(PROGRAMS, "nvptx", name)
+    if not os.path.exists(exe):
+        pytest.skip(f"nvptx/{name} not built (scripts/build-capi-gpu.sh)")
+    prof = str(tmp_path / "capi.prof")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+    env.update(OFFLOAD_CAPI_PROFILE=prof, LD_LIBRARY_PATH=f"{lib}:{os.path.abspath(PROGRAMS)}")
+    res = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=300,
+                         cwd="/tmp")
+    return res, (pstats.Stats(prof).stats if os.path.exists(prof) else {})
