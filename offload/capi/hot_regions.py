@@ -1,10 +1,10 @@
-"""Regions the C API ran on mapped data in one step, kept by their launch (device number
-as given, region, num_teams, thread_limit, trip count) so that the next launch of the same
-region skips the general lookups: its device, kernel and plan are what they were while
-the device number still names that device, no program (un)registered and nothing
-watches (an OMPT tool, a profile, a recording; the compiled core refuses an observed
-table itself). Every launch still finds its map list on mapped data in the core, or runs
-the general way."""
+"""Regions the C API ran on mapped data, kept by their launch (device number as given,
+region, num_teams, thread_limit, trip count) so that the next launch of the same region
+skips the general lookups (capi/kernels.py runs it): its device, kernel and plan are
+what they were while the device number still names that device, no program
+(un)registered and nothing watches (an OMPT tool, a profile, a recording; the compiled
+core refuses an observed table itself). Every launch still finds its map list on mapped
+data in the core, or runs the general way."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,6 +29,14 @@ class HotRegion(NamedTuple):
     call: Callable[..., Any] | None
     nargs: int
 
+    def launch(self, kargs: list[int]) -> bool:
+        """The kept call on the region's kernel arguments `kargs`: True once it ran;
+        False with nothing run when they are not what it takes."""
+        if self.call is None or len(kargs) != self.nargs:
+            return False
+        self.call(*kargs)
+        return True
+
 
 _HOT: dict[Key, HotRegion] = {}
 
@@ -51,24 +59,6 @@ def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
     if len(_HOT) >= KEPT:
         _HOT.clear()
     _HOT[key] = HotRegion(d, registry.version, plan, call, nargs)
-
-
-def run(h: HotRegion, arrays: tuple[int, int, int, int, int, int]) -> bool:
-    """The region again on its map list `arrays` (present_map's addresses): True once it
-    ran; False with nothing done when the list is not all on mapped data now."""
-    steps = h.device.table.steps
-    if h.plan is not None:
-        return steps.launch_present_map(*arrays, h.plan.spec, h.plan.first) is True
-    found = steps.present_map(*arrays)
-    if found is None or type(found) is tuple:
-        return False
-    try:
-        if len(found.kernel_args) != h.nargs:
-            return False
-        h.call(*found.kernel_args)              # type: ignore[misc]
-    finally:
-        steps.release_present(found.marked)
-    return True
 
 
 def forget() -> None:

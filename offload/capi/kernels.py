@@ -178,39 +178,64 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
     launch_present_map); a list with one plain section not yet mapped (a reduction's
     scalar) maps that section first (Region.single_range) and runs the rest so. False
     with nothing done (the general rules map the list). Not while OMPT listens (its data
-    callbacks come from the general rules). A region that ran so in one step is kept
-    under `hot` (hot_regions), if given."""
+    callbacks come from the general rules). A region that ran so is kept under `hot`
+    (hot_regions), if given, when the core launched it or its kernel can be called
+    directly."""
     steps = dev.table.steps
     if steps.present_map is None or ompt.listening:
         return False
     fn, name = _kernel(dev, host_ptr)
     arrays = (n, bases, begins, sizes, types, mappers)     # addresses (mappers 0: none)
     plan = dev.generic.omp_launch_plan(fn, name, teams, threads, tripcount)
-    run = (dev, fn, name, arrays, plan, teams, threads, tripcount)
-    got = _run_present(*run, hot)
+    counts: list[int] = []                                 # the arguments omp_launch got
+
+    def launch(kargs: list[int]) -> bool:
+        _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
+        counts.append(len(kargs))
+        return True
+    if not _present(dev, arrays, plan, launch):
+        return False
+    if hot is not None and not counts and plan is not None:       # the core launched it
+        hot_regions.keep(hot, dev, plan, None, 0)
+    elif hot is not None and counts:
+        call = dev.generic.omp_direct_call(fn, name, counts[0], teams, threads)
+        if call is not None:
+            hot_regions.keep(hot, dev, None, call, counts[0])
+    return True
+
+
+def _run_kept(h: hot_regions.HotRegion, arrays: tuple[int, ...]) -> bool:
+    """A region again as hot_regions kept it, on its map list `arrays`: _present with
+    the kept plan or direct call. True once it ran; False with nothing done."""
+    return _present(h.device, arrays, h.plan, h.launch)
+
+
+def _present(dev: Any, arrays: tuple[int, ...], plan: Any,
+             launch: Callable[[list[int]], bool]) -> bool:
+    """The region of map list `arrays` on mapped data: launched by the core on `plan`,
+    else `launch(kernel arguments)` with its mappings marked; a list with one plain
+    section mapped nowhere maps it first and runs the rest so. True once it ran; False
+    with nothing done (a section mapped first is undone, with no copy back)."""
+    got = _attempt(dev, arrays, plan, launch)
     if not isinstance(got, tuple):
         return got
     base, begin, size, type_ = got                    # the one component to map first
     if not maps.single_section(dev, base, begin, size, type_):
         return False
     try:
-        _on_section(dev, begin, size, type_, _run_mapped_one, *run)
+        _on_section(dev, begin, size, type_, _attempt_inside, dev, arrays, plan, launch)
     except _NotPresent:
         return False                 # unmapped meanwhile: the general rules, afresh
     return True
 
 
-def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: int,
-                 threads: int, tripcount: int, hot: hot_regions.Key | None = None
-                 ) -> bool | tuple:
-    """_on_present's region when its whole list is mapped: True once it ran (kept under
-    `hot` when the core launched it or its kernel can be called directly); False (the
+def _attempt(dev: Any, arrays: tuple[int, ...], plan: Any,
+             launch: Callable[[list[int]], bool]) -> bool | tuple:
+    """_present's region when its whole list is mapped: True once it ran; False (the
     general rules) or present_map's component to map first, with nothing done."""
     steps = dev.table.steps
     if plan is not None:                      # in C: marked, translated, launched, waited
         ran = steps.launch_present_map(*arrays, plan.spec, plan.first)
-        if ran is True and hot is not None:
-            hot_regions.keep(hot, dev, plan, None, 0)
         if ran is not False:
             return False if ran is None else ran
     found = steps.present_map(*arrays)
@@ -219,15 +244,9 @@ def _run_present(dev: Any, fn: Any, name: str, arrays: tuple, plan: Any, teams: 
     if type(found) is tuple:
         return found
     try:
-        kargs = found.kernel_args
-        _run_kernel(dev, fn, name, kargs, teams, threads, tripcount)
+        return launch(found.kernel_args)
     finally:
         steps.release_present(found.marked)
-    if hot is not None:
-        call = dev.generic.omp_direct_call(fn, name, len(kargs), teams, threads)
-        if call is not None:
-            hot_regions.keep(hot, dev, None, call, len(kargs))
-    return True
 
 
 def _on_section(dev: Any, begin: int, size: int, type: int, launch: Callable[..., Any],
@@ -242,9 +261,9 @@ class _NotPresent(Exception):
     """A list no longer on mapped data once its one section was mapped."""
 
 
-def _run_mapped_one(tgt: int, *run: Any) -> None:
-    """The rest of _on_present once its one section is mapped (at `tgt`)."""
-    if _run_present(*run) is not True:
+def _attempt_inside(tgt: int, *attempt: Any) -> None:
+    """_present's region once its one section is mapped (at `tgt`)."""
+    if _attempt(*attempt) is not True:
         raise _NotPresent
 
 
@@ -291,7 +310,7 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
     key = (dev, host_ptr, num_teams, thread_limit, tripcount)
     try:
         h = hot_regions.find(key)
-        if h is not None and hot_regions.run(h, (n, bases, begins, sizes, types, mappers)):
+        if h is not None and _run_kept(h, (n, bases, begins, sizes, types, mappers)):
             return OFFLOAD_SUCCESS
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)

@@ -28,6 +28,12 @@ void bump(int *a, int *b, int k) {
 #pragma omp target
   { b[k] = a[k] + 1; }
 }
+long dot(int *a, int *b, int n) {
+  long sum = 0;
+#pragma omp target teams distribute parallel for map(tofrom: sum) reduction(+: sum)
+  for (int i = 0; i < n; i++) sum += (long)a[i] * (b[i] + 1);
+  return sum;
+}
 '''
 
 
@@ -41,7 +47,7 @@ def two(runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
     ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
     hot_regions.forget()
     calls = {}
-    _count(monkeypatch, calls, hot_regions, "run", "hot")
+    _count(monkeypatch, calls, kernels, "_run_kept", "hot")
     _count(monkeypatch, calls, kernels, "_on_present", "general")
     gen = offload.runtime.current().device(0).generic
     _count(monkeypatch, calls, gen, "omp_launch", "launch")
@@ -81,6 +87,23 @@ def test_a_region_run_again_takes_what_was_kept(two):
         assert calls.get("launch") == 1, calls             # then called directly
     else:
         assert "general" in calls and "hot" not in calls, calls
+
+
+def test_a_reduction_run_again_maps_its_scalar_and_takes_what_was_kept(two):
+    """A Dot-shaped region (its scalar mapped first, the arrays already mapped) is kept
+    too: later launches map the scalar in fewer steps and run the rest from what was
+    kept; each sum is right, and nothing but the arrays stays mapped."""
+    calls, _, compiled = two
+    m, a, b = _entered()
+    table = offload.runtime.current().device(0).table
+    lengths = (100, 100, 100, 50)              # another trip count: another launch
+    assert [m.dot(a, b, n) for n in lengths] == [sum(range(n)) for n in lengths]
+    assert len(table) == 2
+    m.leave(a, b, 100)
+    if compiled:
+        assert calls.get("general") == 2 and calls.get("hot") == 2, calls
+    else:
+        assert "hot" not in calls, calls
 
 
 def test_another_default_device_is_not_the_kept_one(two):

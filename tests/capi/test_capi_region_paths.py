@@ -150,7 +150,7 @@ def test_regions_on_mapped_data_take_one_step(spied, monkeypatch):
 
     _count(monkeypatch, calls, maps, "decode")
     _count(monkeypatch, calls, kernels, "_run_kernel", "run")
-    _count(monkeypatch, calls, hot_regions, "run", "hot")
+    _count(monkeypatch, calls, kernels, "_run_kept", "hot")
     hot_regions.forget()
     m = offload.compile_openmp(ON_MAPPED)
     a = np.arange(1000, dtype=np.int32)
