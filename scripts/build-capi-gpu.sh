@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 out=${1:-.gpucarry}
 llvm=/usr/lib/llvm-19/lib
 cuda=$(ls -d /usr/local/cuda-13* /usr/local/cuda 2>/dev/null | head -1)
-rm -rf "$out" && mkdir -p "$out/nvptx" "$out/expected" "$out/host"
+# what this script builds is made anew; anything else in DIR (bench/babelstream.py's
+# babelstream/, say) stays
+rm -rf "$out/nvptx" "$out/expected" "$out/host" "$out/ompt" "$out/gpu" "$out/bench"
+mkdir -p "$out/nvptx" "$out/expected" "$out/host"
 cp "$llvm/libomp.so.5" "$out/"
 for src in tests/capi/*.c tests/capi/*.cpp; do
   n=$(basename "${src%.*}")
