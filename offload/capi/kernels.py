@@ -195,12 +195,14 @@ def _on_present(dev: Any, host_ptr: int, n: int, bases: int, begins: int, sizes:
         return True
     if not _present(dev, arrays, plan, launch):
         return False
-    if hot is not None and not counts and plan is not None:       # the core launched it
+    if hot is None:
+        return True
+    if not counts:                                   # the core launched it on `plan`
         hot_regions.keep(hot, dev, plan, None, 0)
-    elif hot is not None and counts:
-        call = dev.generic.omp_direct_call(fn, name, counts[0], teams, threads)
-        if call is not None:
-            hot_regions.keep(hot, dev, None, call, counts[0])
+        return True
+    call = dev.generic.omp_direct_call(fn, name, counts[0], teams, threads)
+    if call is not None:
+        hot_regions.keep(hot, dev, None, call, counts[0])
     return True
 
 

@@ -51,7 +51,8 @@ HOST_MACHINE = _MACHINES.get(_ARCH.lower(), "EM_" + _ARCH.upper())
 
 
 _NO_DYN = 2**64 - 1                 # dyn_ptr = ~0, as LLVM's host plugin passes
-# (image handle, kernel name, argument count) -> the cffi function to call
+# (image handle, kernel name, argument count) -> the cffi function to call;
+# (image handle, kernel name, "bound", argument count) -> it with its dyn_ptr bound
 _OMP_KERNELS: dict[tuple[Any, ...], Any] = {}
 
 
