@@ -193,7 +193,7 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     goto bad;
   }
   /* ("memcpy",) or ("cuda", set_ctx, ctx, h2d, d2h, query, spin, streams, stream_objects,
-   *  poll, check, drv, device, pin_split), or None */
+   *  poll, check, drv, device, pin_split, launch, memset), or None */
   Copier *c = &a->copier;
   if (copier != Py_None) {
     const char *how;
@@ -205,12 +205,13 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     if (!strcmp(how, "memcpy")) {
       c->kind = COPY_MEMCPY;
     } else if (!strcmp(how, "cuda")) {
-      unsigned long long launch = 0;
-      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLK", &how, &set_ctx, &ctx, &h2d, &d2h,
+      unsigned long long launch = 0, memset_ = 0;
+      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLKK", &how, &set_ctx, &ctx, &h2d, &d2h,
                             &query, &c->spin, &PyTuple_Type, &addrs, &PyTuple_Type, &objs,
-                            &poll, &check, &drv, &c->device, &c->split, &launch))
+                            &poll, &check, &drv, &c->device, &c->split, &launch, &memset_))
         goto bad;
       c->launch = launch;
+      c->memset = memset_;
       Py_ssize_t ns = PyTuple_GET_SIZE(addrs);
       if (ns < 1 || ns > MAX_STREAMS || PyTuple_GET_SIZE(objs) != ns)
         goto bad_copier;

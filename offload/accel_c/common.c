@@ -12,7 +12,7 @@ enum { COPY_NONE, COPY_MEMCPY, COPY_CUDA };
 
 typedef struct {
   int kind;
-  uintptr_t set_ctx, ctx, h2d, d2h, query, launch;
+  uintptr_t set_ctx, ctx, h2d, d2h, query, launch, memset;
   double spin;                     /* seconds spun on the stream before Python polls */
   int nstreams;
   uintptr_t stream[MAX_STREAMS];

@@ -12,6 +12,7 @@ typedef int (*cu_copy_t)(uintptr_t, uintptr_t, size_t, void *);
 typedef int (*query_t)(void *);
 typedef int (*cu_launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, void *, void **, void **);
+typedef int (*cu_memset_t)(uintptr_t, unsigned char, size_t, void *);
 #define CU_NOT_READY 600                  /* CUDA_ERROR_NOT_READY */
 
 static double seconds(void) {
@@ -29,6 +30,8 @@ typedef struct {
   void *fn;
   unsigned grid, block, shared;
   void **params;
+  uintptr_t zero[2];               /* a launch: ranges set to 0 on the stream first */
+  size_t zero_n[2];                /* (their bytes; 0: none) */
 } CuWork;
 
 /* The driver entry points an operation needs. */
@@ -37,6 +40,7 @@ typedef struct {
   void *ctx;
   cu_launch_t launch;
   query_t query;
+  cu_memset_t memset;              /* cuMemsetD8Async (for CuWork.zero) */
 } CuEntries;
 
 /* Run `w` on `stream` and spin on the stream for at most `spin` seconds. Returns the first
@@ -56,6 +60,9 @@ static int cuda_spin(query_t query, void *handle, double spin) {
 
 static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, double spin) {
   int rc = e->set_ctx(e->ctx);
+  for (int i = 0; i < 2 && rc == 0 && w->launch; i++)
+    if (w->zero_n[i])
+      rc = e->memset ? e->memset(w->zero[i], 0, w->zero_n[i], stream) : 1;
   if (rc == 0)
     rc = w->launch ? e->launch(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared, stream,
                                w->params, NULL)

@@ -259,9 +259,10 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
   return present_args(a, kargs, marked);
 }
 
-/* launch_present_map(n, bases, begins, sizes, types, mappers, spec, first) -> True, False
- * or None: as present_map, and the kernel of `spec` (a LaunchSpec) launched here on
- * `first` (an int: an OpenMP kernel's launch environment) and the region's arguments,
+/* launch_present_map(n, bases, begins, sizes, types, mappers, spec, first[, scratch]) ->
+ * True, False or None: as present_map, and the kernel of `spec` (a LaunchSpec) launched
+ * here on `first` (an int: an OpenMP kernel's launch environment; with `scratch`, a
+ * ReductionScratch, the taken stream's environment instead) and the region's arguments,
  * waited for, its marks given back: True once it ran; False with nothing done when the
  * list is taken but the launch is not the core's (the caller launches); present_map's
  * (base, begin, size, type) of the one component to map first; None for a list the
@@ -269,9 +270,11 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
 static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_t nargsf,
                                           PyObject *kwnames) {
   PyObject *kargs, *marked;
-  if (kwnames || PyVectorcall_NARGS(nargsf) != 8 || !PyLong_CheckExact(args[7])) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (kwnames || (nargs != 8 && nargs != 9) || !PyLong_CheckExact(args[7])) {
     PyErr_SetString(PyExc_TypeError, "launch_present_map(n, bases, begins, sizes, types, "
-                    "mappers, spec, first): a count, five addresses, a LaunchSpec, an int");
+                    "mappers, spec, first[, scratch]): a count, five addresses, a "
+                    "LaunchSpec, an int, a ReductionScratch or None");
     return NULL;
   }
   if (a->copier.kind != COPY_CUDA)
@@ -282,7 +285,8 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
     return absent;
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
-  return launched(a, launch_now(a, args[6], kargs), kargs, marked);
+  return launched(a, launch_now(a, args[6], kargs, nargs == 9 ? args[8] : NULL), kargs,
+                  marked);
 }
 
 /* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a
@@ -299,7 +303,7 @@ static PyObject *Accel_launch_present(Accel *a, PyObject *const *args, size_t na
   int got = mark_present(a, args[0], &kargs, &marked);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_False);
-  return launched(a, launch_now(a, args[1], kargs), kargs, marked);
+  return launched(a, launch_now(a, args[1], kargs, NULL), kargs, marked);
 }
 
 /* After launch_now gave `ran`: the marks given back and both lists let go; True (ran),

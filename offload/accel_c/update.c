@@ -1,6 +1,17 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): updates and CUDA launches:
  * memcpy, or the driver's entry points on the copier's streams. */
 
+/* An OpenMP kernel's reduction scratch, one launch environment and one buffer per copier
+ * stream (a stream is one launch's at a time), and where the launch's first argument is. */
+typedef struct {
+  uintptr_t env[MAX_STREAMS], buffer[MAX_STREAMS];
+  size_t bytes;
+  uint64_t *first;
+} Scratch;
+
+static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch);
+static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc);
+
 /* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
  * for this device (not being pinned or unpinned, not crossing the pin_split grid):
  * PinnedMap.translate's one-piece answer. 0 when not (or on any doubt). */
@@ -70,6 +81,13 @@ static int cuda_alive(Accel *a) {
  * released, a longer wait polled by Python (Ctrl-C works), an error raised by the
  * driver's check as `what`'s. 1 done, 0 no free stream (nothing done), -1 an exception. */
 static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
+  return on_stream_with(a, w, what, NULL);
+}
+
+/* on_stream, and with `scratch` (a launch's per-stream scratch, see launch_now) the taken
+ * stream's launch environment written into the kernel's first argument and it and its
+ * reduction buffer set to 0 on the stream before the launch. */
+static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch) {
   Copier *c = &a->copier;
   int s = -1;
   for (int i = 0; i < c->nstreams; i++)
@@ -82,10 +100,18 @@ static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
   c->taken[s] = 1;                             /* under the GIL: ours alone */
   void *stream = (void *)c->stream[s];
   CuEntries e = {(set_ctx_t)c->set_ctx, (void *)c->ctx, (cu_launch_t)c->launch,
-                 (query_t)c->query};
+                 (query_t)c->query, (cu_memset_t)c->memset};
+  CuWork run = *w;
+  if (scratch) {                               /* this stream's own: no other user now */
+    *scratch->first = scratch->env[s];
+    run.zero[0] = scratch->env[s];
+    run.zero_n[0] = 8;                         /* ReductionCnt, ReductionIterCnt */
+    run.zero[1] = scratch->buffer[s];
+    run.zero_n[1] = scratch->bytes;
+  }
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = cuda_run_spin(&e, w, stream, c->spin);
+  rc = cuda_run_spin(&e, &run, stream, c->spin);
   Py_END_ALLOW_THREADS
   if (rc == CU_NOT_READY) {
     PyObject *call[2] = {PyTuple_GET_ITEM(R(a, STREAMS), s), NULL};
@@ -133,7 +159,7 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
   if (!cuda_alive(a) || !pinned_via(a, p, n))
     return 0;
   CuWork w = {0, (cu_copy_t)(to_device ? c->h2d : c->d2h), to_device ? tgt : p,
-              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL};
+              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL, {0, 0}, {0, 0}};
   PyObject *what = to_device ? s_h2d_name : s_d2h_name;
   int done = on_stream(a, &w, what);
   if (done <= 0)
@@ -144,8 +170,10 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
 /* Launch kernel `spec` = (function, grid, block, shared bytes, parameter sizes, name, what)
  * with the integer arguments `kargs` on one of the copier's streams and wait, as
  * CUDADevice._launch_impl's one-call path: 1 done, 0 not here (nothing done), -1 an
- * exception. */
-static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
+ * exception. With `scratch` (not None: a ReductionScratch (environments, buffers, bytes),
+ * one of each per copier stream) the first argument is the taken stream's environment,
+ * set to 0 with its buffer before the launch (an OpenMP kernel that reduces). */
+static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scratch) {
   Copier *c = &a->copier;
   unsigned long long fn;
   unsigned grid, block, shared;
@@ -176,12 +204,43 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs) {
     slot[i] = x;                                /* little-endian: the low sz bytes */
     param[i] = &slot[i];
   }
+  Scratch sc, *with = NULL;
+  if (scratch && scratch != Py_None) {
+    if (count < 1 || !read_scratch(c, scratch, &sc))
+      return 0;                                /* the Python path launches */
+    sc.first = &slot[0];
+    with = &sc;
+  }
   if (!cuda_alive(a))
     return 0;
   if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
     return -1;
-  CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL};
-  return on_stream(a, &w, what);
+  CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL,
+              {0, 0}, {0, 0}};
+  return on_stream_with(a, &w, what, with);
+}
+
+/* A ReductionScratch (environments, buffers, bytes) with one of each for every stream of
+ * the copier, read into *sc: 1, else 0 (error cleared). */
+static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc) {
+  PyObject *envs, *bufs;
+  unsigned long long bytes;
+  if (!c->memset || !PyArg_ParseTuple(scratch, "O!O!K", &PyTuple_Type, &envs, &PyTuple_Type,
+                                      &bufs, &bytes) ||
+      PyTuple_GET_SIZE(envs) < c->nstreams || PyTuple_GET_SIZE(bufs) < c->nstreams) {
+    PyErr_Clear();
+    return 0;
+  }
+  for (int i = 0; i < c->nstreams; i++) {
+    sc->env[i] = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(envs, i));
+    sc->buffer[i] = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bufs, i));
+    if (PyErr_Occurred() || !sc->env[i] || !sc->buffer[i]) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  sc->bytes = (size_t)bytes;
+  return 1;
 }
 
 /* busy -= 1 on e under the table lock, waking waiters as release_busy does. */

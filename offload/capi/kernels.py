@@ -237,7 +237,7 @@ def _attempt(dev: Any, arrays: tuple[int, ...], plan: Any,
     general rules) or present_map's component to map first, with nothing done."""
     steps = dev.table.steps
     if plan is not None:                      # in C: marked, translated, launched, waited
-        ran = steps.launch_present_map(*arrays, plan.spec, plan.first)
+        ran = steps.launch_present_map(*arrays, plan.spec, plan.first, plan.scratch)
         if ran is not False:
             return False if ran is None else ran
     found = steps.present_map(*arrays)

@@ -68,7 +68,7 @@ class Fast:
     (waits.poll) of a stream or an event, one call without the GIL."""
 
     __slots__ = ("copy_wait", "launch_wait", "set_ctx", "h2d", "d2h", "query", "launch",
-                 "spin_stream", "spin_event")
+                 "memset", "spin_stream", "spin_event")
 
     def __init__(self, helper: Any, drv_ffi: cffi.FFI, drv_lib: Any):
         self.copy_wait = helper.offload_copy_wait
@@ -82,6 +82,7 @@ class Fast:
         self.d2h = entry("cuMemcpyDtoHAsync_v2")
         self.query = entry("cuStreamQuery")
         self.launch = entry("cuLaunchKernel")
+        self.memset = entry("cuMemsetD8Async")
         self.spin_stream = functools.partial(spin, self.query)
         self.spin_event = functools.partial(spin, entry("cuEventQuery"))
 

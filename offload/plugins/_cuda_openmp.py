@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from . import launch_geometry
 from ._cuda_driver import ffi
-from .accel_specs import OmpLaunchPlan
+from .accel_specs import COPIER_STREAMS, OmpLaunchPlan, ReductionScratch
 from .common import AllocKind
 from .launch_geometry import EXEC_GENERIC, EXEC_GENERIC_SPMD, EXEC_SPMD, GridValues
 
@@ -71,6 +71,8 @@ class _DeviceState:
     #: (image digest, kernel, num_teams, thread_limit, trip count) -> launch_plan's answer
     plans: dict[tuple[str, str, int, int, int], OmpLaunchPlan | None] = field(
         default_factory=dict)
+    #: reduction buffer bytes -> the scratch of the core's launches (launch_plan)
+    stream_scratch: dict[int, ReductionScratch] = field(default_factory=dict)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _DeviceState] = weakref.WeakKeyDictionary()
@@ -217,7 +219,7 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
                 _write(dev, shared, bytes(16))
                 st.launch_env = shared
         return shared, None
-    n = env.reduction_data_size * max(env.reduction_buffer_length, 1)
+    n = _reduction_bytes(env)
     with _lock:
         kept = st.scratch.get(n)
         pair = kept.pop() if kept else None
@@ -266,8 +268,9 @@ def _grid(dev: CUDADevice, binary: Any, env: KernelEnvironment, name: str,
 def launch_plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
                 tripcount: int) -> OmpLaunchPlan | None:
     """What `launch` does, as offload/accel_c launches it: the shared launch environment
-    first, LLVM 19's geometry; None for a kernel that needs more around its launch (a
-    reduction's buffers, indirect calls, device printf) or that the core cannot launch.
+    first (for a kernel that reduces, a stream's own environment and buffer from the
+    device's ReductionScratch), LLVM 19's geometry; None for a kernel that needs more
+    around its launch (indirect calls, device printf) or that the core cannot launch.
     Kept by its arguments (a device never unloads an image)."""
     return _kept(_state(dev).plans, (binary.digest, name, teams, threads, tripcount),
                  lambda: _plan(dev, binary, name, teams, threads, tripcount))
@@ -291,13 +294,44 @@ def _plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
     if indirect_functions(dev, program) or prints(binary):
         return None
     env = kernel_environment(dev, program, name)
-    if env.reduction_data_size:
-        return None
     blocks, block = _grid(dev, binary, env, name, teams, threads, tripcount)
     spec = dev.accel_launch(dev.kernel(binary, name), blocks, block, 0)
     if spec is None:
         return None
+    if env.reduction_data_size:
+        return OmpLaunchPlan(spec, 0, _stream_scratch(dev, _reduction_bytes(env)))
     return OmpLaunchPlan(spec, launch_environment(dev, env, blocks)[0])
+
+
+def _reduction_bytes(env: KernelEnvironment) -> int:
+    """The bytes of a launch's reduction buffer (LLVM 19: data size x buffer length)."""
+    return env.reduction_data_size * max(env.reduction_buffer_length, 1)
+
+
+def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
+    """The device's ReductionScratch for buffers of `n` bytes (launch_plan's), made once:
+    an environment pointing at its own buffer for each copier stream."""
+    st = _state(dev)
+    found = st.stream_scratch.get(n)
+    if found is not None:
+        return found
+    made: list[int] = []
+    try:                                   # made outside the lock (driver calls)
+        for _ in range(COPIER_STREAMS):
+            made.append(dev.alloc(n, AllocKind.DEVICE))
+            made.append(dev.alloc(16, AllocKind.DEVICE))
+            _write(dev, made[-1], struct.pack("<IIQ", 0, 0, made[-2]))
+    except BaseException:
+        for addr in made:
+            dev.free(addr)
+        raise
+    mine = ReductionScratch(tuple(made[1::2]), tuple(made[0::2]), n)
+    with _lock:
+        found = st.stream_scratch.setdefault(n, mine)
+    if found is not mine:                  # another thread's came first
+        for addr in made:
+            dev.free(addr)
+    return found
 
 
 def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,

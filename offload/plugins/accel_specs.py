@@ -21,13 +21,26 @@ class LaunchSpec(NamedTuple):
     what: str                       # the launch as an error names it
 
 
+class ReductionScratch(NamedTuple):
+    """What a launch of a clang OpenMP kernel that reduces needs on the device, one of
+    each per stream of the device's copier (a stream runs one launch at a time): a launch
+    environment {ReductionCnt, ReductionIterCnt, ReductionBuffer} pointing at its buffer;
+    the core sets both to 0 on the stream before the launch."""
+
+    environments: tuple[int, ...]
+    buffers: tuple[int, ...]
+    bytes: int                      # of each buffer
+
+
 class OmpLaunchPlan(NamedTuple):
     """How the core launches a clang OpenMP kernel with one geometry in C (the C ABI's
     regions on mapped data): `spec`, with `first` (its launch environment) before the
-    region's own arguments."""
+    region's own arguments; for a kernel that reduces, the environment of the stream the
+    launch takes from `scratch` instead."""
 
     spec: LaunchSpec
     first: int
+    scratch: ReductionScratch | None = None
 
 
 class MemcpyCopier(NamedTuple):
@@ -56,9 +69,13 @@ class CudaCopier(NamedTuple):
     device: int
     pin_split: int                  # bytes above which a pinned copy is split (0: never)
     launch: int                     # cuLaunchKernel
+    memset: int                     # cuMemsetD8Async
 
 
 Copier = MemcpyCopier | CudaCopier
+
+#: streams a CudaCopier brings (each a launch's or a copy's at a time)
+COPIER_STREAMS = 2
 
 #: launch specs kept per kernel (one per geometry it was launched with) at most
 SPECS_KEPT = 64

@@ -9,7 +9,7 @@ from ..errors import OffloadError
 from . import _cuda_driver as C
 from ._cuda_driver import ATTRIBUTES
 from ._cuda_driver import ptr as _ptr
-from .accel_specs import CudaCopier, LaunchSpec
+from .accel_specs import COPIER_STREAMS, CudaCopier, LaunchSpec
 from .args import slotted
 from .common import AllocKind, GenericDevice, GenericKernel
 from .cuda_kernels import _NOT_READY, SHARED_DEFAULT, CUDAKernels, _ffi
@@ -136,13 +136,13 @@ class CUDADevice(CUDAKernels):
 
     def accel_copier(self) -> CudaCopier | None:
         """The one-piece pinned copy of _copy_now_impl, for offload/accel_c: the driver's
-        entry points, the context, two streams of our own (kept until the device goes),
-        the plugin's poll_stream for copies that outlast the spin, the driver's error
-        check."""
+        entry points, the context, COPIER_STREAMS streams of our own (kept until the device
+        goes), the plugin's poll_stream for copies that outlast the spin, the driver's
+        error check."""
         fast = self.plugin.fast
         if fast is None:
             return None
-        streams = (self.queues.get(), self.queues.get())
+        streams = tuple(self.queues.get() for _ in range(COPIER_STREAMS))
         drv = self.plugin.drv
 
         def addr(cdata: Any) -> int:
@@ -151,7 +151,7 @@ class CUDADevice(CUDAKernels):
                           addr(fast.d2h), addr(fast.query), SPIN_SECONDS,
                           tuple(addr(q) for q in streams), streams, self.plugin.poll_stream,
                           drv.check, drv, self.id, self.plugin.pin_split or 0,
-                          addr(fast.launch))
+                          addr(fast.launch), addr(fast.memset))
 
     accel_launches = True
 

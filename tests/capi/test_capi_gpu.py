@@ -162,6 +162,22 @@ def test_regions_on_mapped_data_launch_in_one_compiled_step(lib, tmp_path):
     assert "launch" not in callers, callers
 
 
+def test_reductions_on_mapped_data_launch_in_the_compiled_core(lib, tmp_path):
+    """tests/capi/reduce_on_mapped.c on the GPU, one thread: each Dot-shaped region maps
+    its scalar, then the compiled core launches the reducing kernel with a copier
+    stream's own launch environment and buffer, zeroed on that stream first
+    (ReductionScratch), so the Python launch (_cuda_openmp.launch, a fresh environment
+    per launch) never runs; every sum is right."""
+    res, stats = _profiled(lib, tmp_path, "reduce_on_mapped", "0")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines() == ["one thread: 200 of 200 right"]
+    python_launches = [v[1] for k, v in stats.items()
+                       if k[0].endswith("_cuda_openmp.py") and k[2] == "launch"]
+    regions = [v[1] for k, v in stats.items()
+               if k[0].endswith(os.path.join("capi", "kernels.py")) and k[2] == "_on_present"]
+    assert sum(python_launches) == 0 and sum(regions) >= 200, (python_launches, regions)
+
+
 def _profiled(lib, tmp_path, name, *args):
     """(the run, its cProfile stats: (file, line, function) -> (.., callers)) of nvptx
     program `name` on offload's library under OFFLOAD_CAPI_PROFILE."""

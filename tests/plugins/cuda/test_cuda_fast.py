@@ -25,8 +25,9 @@ def helper():
 
 
 class Driver:
-    """Stand-ins for cuCtxSetCurrent, a cuMemcpy*Async, cuStreamQuery and cuLaunchKernel,
-    recording their calls; the stream completes after `busy_polls` queries."""
+    """Stand-ins for cuCtxSetCurrent, a cuMemcpy*Async, cuStreamQuery, cuLaunchKernel and
+    cuMemsetD8Async, recording their calls; the stream completes after `busy_polls`
+    queries."""
 
     def __init__(self, busy_polls=0, ctx_rc=0, op_rc=0, done_rc=0):
         self.calls = []
@@ -63,9 +64,18 @@ class Driver:
                                extra == ffi.NULL))
             return self.op_rc
 
+        @ffi.callback("int(uintptr_t, unsigned char, size_t, void *)")
+        def memset(dst, value, size, stream):
+            self.calls.append(("memset", dst, value, size, int(ffi.cast("uintptr_t", stream))))
+            if self.memset_rc == 0:
+                ffi.memmove(ffi.cast("void *", dst), bytes([value]) * size, size)
+            return self.memset_rc
+
+        self.memset_rc = 0
         self.fns = {n: ffi.cast("void *", f) for n, f in
-                    (("ctx", set_ctx), ("copy", copy), ("query", query), ("launch", launch))}
-        self._keep = (set_ctx, copy, query, launch)
+                    (("ctx", set_ctx), ("copy", copy), ("query", query), ("launch", launch),
+                     ("memset", memset))}
+        self._keep = (set_ctx, copy, query, launch, memset)
 
     def copy_wait(self, helper, dst, src, size, spin=1.0):
         f = self.fns
@@ -155,7 +165,7 @@ def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
     monkeypatch.setattr(HostDevice, "accel_copier", lambda self: CudaCopier(
         "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
         1e-3, tuple(streams), tuple(f"stream{i}" for i in range(len(streams))), poll, check,
-        _Dead(), self.id, 0, addr(f["launch"])))
+        _Dead(), self.id, 0, addr(f["launch"]), addr(f["memset"])))
 
 
 @pytest.fixture
