@@ -3,6 +3,7 @@ ReductionScratch: one launch environment and reduction buffer per copier stream)
 through the stand-in driver of test_cuda_fast.py on a host table, so it runs without a GPU:
 the taken stream's environment is the kernel's first argument, and it and its buffer are
 set to 0 on that stream before the launch (LLVM 19 gives every launch a fresh one)."""
+import contextlib
 import ctypes
 
 import numpy as np
@@ -17,13 +18,22 @@ SPEC = LaunchSpec(0xF00, 32, 32, 0, (8, 8), "dot", "cuLaunchKernel(dot)")
 PARAM = 0x20                       # TARGET_PARAM
 
 
-def _region(table, a):
-    """launch_present_map's arrays for one zero-length pointer into mapped `a` (a kernel
-    argument), kept alive with the call."""
+@contextlib.contextmanager
+def _region(accel_table, monkeypatch, d):
+    """(table, arrays, checks): a host table copying and launching through `d`, an array
+    mapped on it, and launch_present_map's arrays for one zero-length pointer into it (a
+    kernel argument); the array unmapped after, nothing left marked."""
+    dev, polls, checks = _start(accel_table, monkeypatch, d)
+    table = dev.table
+    a = np.zeros(16, dtype=np.int64)
     p = a.ctypes.data
+    table.target_data_begin([MapItem(p, a.nbytes, MapType.TO)])
     rows = [(ctypes.c_void_p * 1)(p), (ctypes.c_void_p * 1)(p), (ctypes.c_int64 * 1)(0),
             (ctypes.c_int64 * 1)(PARAM)]
-    return rows, (1, *(ctypes.addressof(r) for r in rows), 0)
+    d.calls.clear()
+    yield table, (1, *(ctypes.addressof(r) for r in rows), 0), checks
+    assert [e.busy for e in table.entries()] == [0] and not polls
+    table.target_data_end([MapItem(p, a.nbytes, MapType.FROM)])
 
 
 def _scratch(streams=2, nbytes=64):
@@ -38,59 +48,40 @@ def _scratch(streams=2, nbytes=64):
 def test_a_reducing_kernel_gets_its_streams_scratch_zeroed_before_the_launch(accel_table,
                                                                             monkeypatch):
     d = Driver(busy_polls=1)
-    dev, polls, checks = _start(accel_table, monkeypatch, d)
-    table = dev.table
-    a = np.zeros(16, dtype=np.int64)
-    table.target_data_begin([MapItem(a.ctypes.data, a.nbytes, MapType.TO)])
     envs, bufs, scratch = _scratch()
-    keep, arrays = _region(table, a)
-    d.calls.clear()
-    assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
+    with _region(accel_table, monkeypatch, d) as (table, arrays, checks):
+        assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
     env0 = envs[0].ctypes.data
     assert d.calls[:4] == [("ctx", 0xC7), ("memset", env0, 0, 8, 0x51),
                            ("memset", bufs[0].ctypes.data, 0, 64, 0x51),
                            ("launch", 0xF00, 32, 1, 1, 32, 1, 1, 0, 0x51, env0, True)]
-    assert d.calls[4:] == [("query",)] * 2 and not checks and not polls
+    assert d.calls[4:] == [("query",)] * 2 and not checks
     assert envs[0][0] == 0 and envs[0][1] == 0x0101010101010101       # counters only
     assert not bufs[0].any() and bufs[1].all()                         # stream 1's untouched
-    assert [e.busy for e in table.entries()] == [0]
-    table.target_data_end([MapItem(a.ctypes.data, a.nbytes, MapType.FROM)])
 
 
 def test_a_scratch_the_core_cannot_use_leaves_the_launch_to_python(accel_table, monkeypatch):
     """Fewer environments than the copier has streams, a malformed scratch, or a zero
     address: False (the caller launches), nothing marked, no driver call."""
     d = Driver()
-    dev, _, _ = _start(accel_table, monkeypatch, d)
-    table = dev.table
-    a = np.zeros(16, dtype=np.int64)
-    table.target_data_begin([MapItem(a.ctypes.data, a.nbytes, MapType.TO)])
-    keep, arrays = _region(table, a)
-    envs, bufs, one = _scratch(streams=1)
-    _, _, two = _scratch()
-    d.calls.clear()
-    for bad in (one, ("envs", "bufs", 8), two._replace(buffers=(0, 0))):
-        assert table.steps.launch_present_map(*arrays, SPEC, 0, bad) is False, bad
-        assert [e.busy for e in table.entries()] == [0] and d.calls == []
-    with pytest.raises(TypeError, match="ReductionScratch or None"):
-        table.steps.launch_present_map(*arrays, SPEC, 0, None, None)
-    table.target_data_end([MapItem(a.ctypes.data, a.nbytes, MapType.FROM)])
+    one, two = _scratch(streams=1), _scratch()
+    with _region(accel_table, monkeypatch, d) as (table, arrays, _):
+        for bad in (one[2], ("envs", "bufs", 8), two[2]._replace(buffers=(0, 0))):
+            assert table.steps.launch_present_map(*arrays, SPEC, 0, bad) is False, bad
+            assert [e.busy for e in table.entries()] == [0] and d.calls == []
+        with pytest.raises(TypeError, match="ReductionScratch or None"):
+            table.steps.launch_present_map(*arrays, SPEC, 0, None, None)
 
 
 def test_a_failing_zero_reports_the_driver_error_and_marks_nothing(accel_table, monkeypatch):
     d = Driver()
-    dev, polls, checks = _start(accel_table, monkeypatch, d)
-    table = dev.table
-    a = np.zeros(16, dtype=np.int64)
-    table.target_data_begin([MapItem(a.ctypes.data, a.nbytes, MapType.TO)])
-    keep, arrays = _region(table, a)
     envs, bufs, scratch = _scratch()
-    d.memset_rc = 2                                       # CUDA_ERROR_OUT_OF_MEMORY
-    with pytest.raises(offload.OffloadError, match="cuLaunchKernel\\(dot\\) failed: 2"):
-        table.steps.launch_present_map(*arrays, SPEC, 0, scratch)
-    assert not any(c[0] == "launch" for c in d.calls)    # stopped before the launch
-    assert [e.busy for e in table.entries()] == [0]
-    d.memset_rc, d.calls[:] = 0, []
-    assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
-    assert d.calls[1][4] == 0x51                         # the stream went back
-    table.target_data_end([MapItem(a.ctypes.data, a.nbytes, MapType.FROM)])
+    with _region(accel_table, monkeypatch, d) as (table, arrays, checks):
+        d.memset_rc = 2                                   # CUDA_ERROR_OUT_OF_MEMORY
+        with pytest.raises(offload.OffloadError, match="cuLaunchKernel\\(dot\\) failed: 2"):
+            table.steps.launch_present_map(*arrays, SPEC, 0, scratch)
+        assert not any(c[0] == "launch" for c in d.calls)    # stopped before the launch
+        assert [e.busy for e in table.entries()] == [0] and checks == [(2, SPEC.what)]
+        d.memset_rc, d.calls[:] = 0, []
+        assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
+        assert d.calls[1][4] == 0x51                     # the stream went back
