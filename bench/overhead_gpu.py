@@ -7,7 +7,11 @@ same run, runs interleaved (median of 5 batches each):
 - an empty kernel through `target` whose one array argument is already mapped (inside
   target_data) against a CuPy RawKernel launch of the same source, waited for by spinning
   on the stream;
-- target_update(to) of a prelocked 1 GiB array against the raw pinned copy.
+- target_update(to) of a prelocked 1 GiB array against the raw pinned copy;
+- target_update(from) of an unpinned 8-byte and 4 KiB array (a reduction's scalar, a
+  small result) against the raw pinned copy back waited for by spinning, and the raw
+  copy into the same pageable memory (the driver's own wait, which sleeps in offload's
+  blocking-sync context, as in LLVM's).
 Prints a table of ratios; writes bench/overhead_gpu.png.
 Usage: python bench/overhead_gpu.py
 """
@@ -34,6 +38,35 @@ def per_call(fn, n: int) -> float:
     for _ in range(max(3, n // 10)):
         fn()
     return _util.per_call(fn, repeat=5, number=n)
+
+
+def small_retrieve(lib, q, size: int) -> tuple[str, tuple[str, str, str, str, str], float]:
+    """target_update(from) of `size` unpinned bytes against the raw copy back of the same
+    device bytes into pinned memory (spun on) and into the same pageable memory."""
+    from offload.plugins.cuda import _ffi
+    a = np.ones(size, np.uint8)
+    pinned = np.ones(size, np.uint8)
+    offload.llvm_omp_target_lock_mem(pinned, size, 0)
+    with offload.target_data(offload.to(a), device=0):
+        d = offload.omp_get_mapped_ptr(a, 0)
+
+        def raw(host) -> None:
+            rc = lib.cuMemcpyDtoHAsync_v2(_ffi.cast("void *", host), d, size, q)
+            if rc == 0:
+                while (rc := lib.cuStreamQuery(q)) == NOT_READY:
+                    pass
+            if rc:
+                raise SystemExit(f"raw cuMemcpyDtoHAsync_v2 of {size} bytes: CUDA error {rc}")
+        ours_t = per_call(lambda: offload.target_update(from_=[a], device=0), 2000)
+        pin_t = per_call(lambda: raw(pinned.ctypes.data), 2000)
+        page_t = per_call(lambda: raw(a.ctypes.data), 2000)
+        ours_t = min(ours_t, per_call(lambda: offload.target_update(from_=[a], device=0), 2000))
+    offload.llvm_omp_target_unlock_mem(pinned, 0)
+    label = f"target_update(from), unpinned {size} B"
+    return label, (label, f"{ours_t * 1e6:.1f} us",
+                   f"{pin_t * 1e6:.1f} us pinned+spin / {page_t * 1e6:.1f} us pageable",
+                   f"{ours_t / pin_t:.2f}x time", f"{page_t / ours_t:.2f}x faster than pageable"
+                   ), ours_t / pin_t
 
 
 def main() -> None:
@@ -71,6 +104,11 @@ def main() -> None:
                      f"{ours_t / raw_t:.2f}x time", f"{raw_t / ours_t:.2f}x bandwidth"))
         names.append(label)
         ratios.append(ours_t / raw_t)
+    for size in (8, 4096):
+        label, row, ratio = small_retrieve(lib, q, size)
+        rows.append(row)
+        names.append(label)
+        ratios.append(ratio)
     k = offload.compile_cuda(SRC)
     small = np.zeros(1024, np.int32)
     with offload.target_data(offload.tofrom(small), device=0):

@@ -177,7 +177,8 @@ def accelerate(table: Any, core: Any, dev: Any, kind: Any,
     if not plain and copier is None:
         return None
     got = module.accelerate(table, core, dev, plugin, kind, locks.Latch, begin_py, end_py,
-                            release_py, update_py, LIMIT, plugin.staging_threshold, copier)
+                            release_py, update_py, LIMIT,
+                            (plugin.staging_from(True), plugin.staging_from(False)), copier)
     return module.CompiledSteps((
         got.begin_single_range if plain else None, got.end_single_range if plain else None,
         got.update_single_range if copier is not None else None, got.present,

@@ -12,6 +12,7 @@ from tests.amdgpu_support import amd, code_objects, kernels, sim  # noqa: F401
 
 plugin_manager.BUILTIN.setdefault("recording", "tests.fakes.recording:RecordingPlugin")
 plugin_manager.BUILTIN.setdefault("pitched", "tests.fakes.recording:PitchedPlugin")
+plugin_manager.BUILTIN.setdefault("bouncing", "tests.fakes.recording:BouncingPlugin")
 plugin_manager.BUILTIN.setdefault("noimage", "tests.fakes.recording:NoImagePlugin")
 
 _ENV = ("OMP_TARGET_OFFLOAD", "OMP_DEFAULT_DEVICE", "LIBOMPTARGET_INFO",

@@ -130,7 +130,7 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 }
 
 /* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
- *            update_py, limit, stage, copier)
+ *            update_py, limit, stage, copier)   stage: Transfers.staging_from both ways
  * -> CompiledSteps(begin_single_range, end_single_range, update_single_range, present,
  *    launch_present, release, update_arrays, present_map, launch_present_map) for one
  *    MappingTable, whose state `core` (a TableCore) owns. The device's lock, allocation
@@ -156,10 +156,17 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   a->limit = limit;
   a->dlock = NULL;
   memset(&a->copier, 0, sizeof a->copier);
-  a->stage = stage == Py_None ? -1 : PyLong_AsSsize_t(stage);
+  a->stage[0] = a->stage[1] = -1;
   PyObject_GC_Track(a);
-  if (a->stage == -1 && PyErr_Occurred())
+  if (!PyTuple_Check(stage) || PyTuple_GET_SIZE(stage) != 2) {
+    PyErr_SetString(PyExc_TypeError, "accelerate: stage is (to the device, from it)");
     goto bad;
+  }
+  for (int i = 0; i < 2; i++) {
+    PyObject *v = PyTuple_GET_ITEM(stage, i);
+    if (v != Py_None && (a->stage[i] = PyLong_AsSsize_t(v)) == -1 && PyErr_Occurred())
+      goto bad;
+  }
   PyObject *given[NREFS] = {NULL};
   given[TABLE] = table; given[DEV] = dev; given[PLUGIN] = plugin;
   given[KIND] = kind; given[NEW_LOCK] = new_lock;

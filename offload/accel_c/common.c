@@ -26,7 +26,8 @@ typedef struct {
   PyObject *ref[NREFS];
   TableCore *core;        /* the table's state: its entries, lock, waiters, `observed` */
   Py_ssize_t limit;       /* largest copy made under the table lock */
-  Py_ssize_t stage;       /* the plugin's staging threshold (-1: none) */
+  Py_ssize_t stage[2];    /* unpinned copies from these sizes are staged (Transfers.
+                             staging_from): [0] to the device, [1] from it; -1: none */
   Copier copier;
   Lock *dlock;            /* the device's lock, when of our type */
 } Accel;
@@ -154,10 +155,12 @@ static int attr_false(PyObject *o, PyObject *name) {
   return r == 0;
 }
 
-/* Whether a copy of n bytes is one memcpy now: nothing pinned on the plugin (so
- * no piece to split off, no pin to take for a mapping), below the staging threshold. */
-static int memcpy_now(Accel *a, Py_ssize_t n) {
-  if (a->stage >= 0 && n >= a->stage)
+/* Whether a copy of n bytes (to the device, or from it) is one memcpy now: nothing
+ * pinned on the plugin (so no piece to split off, no pin to take for a mapping), and
+ * not one the plugin stages. */
+static int memcpy_now(Accel *a, Py_ssize_t n, int to_device) {
+  Py_ssize_t stage = a->stage[to_device ? 0 : 1];
+  if (stage >= 0 && n >= stage)
     return 0;
   PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
   if (!pinned) {

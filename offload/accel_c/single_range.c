@@ -48,7 +48,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   int inside;
   if (core_find(core, p, (uintptr_t)n, &inside))
     goto slow;
-  if (!memcpy_now(a, n))
+  if (!memcpy_now(a, n, 1))
     goto slow;
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
   if (!(dev_locked = try_device_lock(a)))
@@ -318,7 +318,8 @@ static PyObject *Accel_end(Accel *a, PyObject *const *args, size_t nargsf, PyObj
     if (F(f, SHADOWS) != Py_None || F(f, VIEWS) != Py_None ||  /* exported */
         F(f, PINNED) != Py_False ||
         F(f, OWNED) != Py_True || !as_addr(key = F(f, TGT_BEGIN), &tgt) || !tgt ||
-        !memcpy_now(a, n) || !attr_false(R(a, DEV), s_wait_before_reuse))
+        !memcpy_now(a, n, !(back && (t & 2))) ||
+        !attr_false(R(a, DEV), s_wait_before_reuse))
       goto slow;
   }
   int big = last && n > a->limit;        /* released outside the locks */

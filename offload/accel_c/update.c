@@ -141,7 +141,7 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
 static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssize_t n) {
   Copier *c = &a->copier;
   if (c->kind == COPY_MEMCPY) {
-    if (!memcpy_now(a, n))
+    if (!memcpy_now(a, n, to_device))
       return 0;
     void *dst = (void *)(to_device ? tgt : p);
     const void *src = (const void *)(to_device ? p : tgt);

@@ -46,6 +46,10 @@ class GenericPlugin(Transfers, Generic[DeviceT]):
     staging_threshold: int | None = None
     staging_chunk = 8 << 20
     staging_lanes = 8
+    #: unpinned copies from the device below the threshold are staged too (one buffer,
+    #: its queue polled): for a driver whose own copy into pageable memory waits by
+    #: sleeping (CUDA under CU_CTX_SCHED_BLOCKING_SYNC: ~40 us to wake for 8 bytes)
+    stage_small_retrieves = False
     #: the kind of clang OpenMP device image its devices run ("x86_64", "nvptx"; None)
     omp_image_kind: str | None = None
     #: pinned pieces of a copy are split at multiples of this address (None: never), for

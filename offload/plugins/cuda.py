@@ -44,6 +44,10 @@ class CUDAPlugin(GenericPlugin[CUDADevice]):
     staging_threshold = 4 << 20
     staging_chunk = 4 << 20
     staging_lanes = 32
+    # the primary context waits by blocking sync (as LLVM's plugin sets it), so the
+    # driver's copy into pageable memory sleeps until the device interrupts: 48 us for 8
+    # bytes, 7 us polled from a staging buffer (H100, BabelStream's Dot)
+    stage_small_retrieves = True
     # registrations are made in chunks of this size on an absolute grid (one registration
     # of 512 GiB or more fails on r580+ drivers), and no copy may span two of them
     pin_split = REGISTER_CHUNK

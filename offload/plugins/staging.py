@@ -32,6 +32,7 @@ class StagingHooks(Protocol):
                      pinned: int | None) -> None: ...
     def _retrieve_impl(self, host: int, tgt: int, size: int, queue: Any,
                        pinned: int | None) -> None: ...
+    def _copy_now_impl(self, to_device: bool, tgt: int, host: int, size: int) -> bool: ...
     def _copy_2d_impl(self, to_device: bool, tgt: int, tgt_pitch: int, host: int,
                       host_pitch: int, width: int, height: int, queue: Any,
                       pinned: int | None = None) -> bool: ...
@@ -144,6 +145,20 @@ class Staging:
     def copy(self, to_device: bool, tgt: int, host: int, size: int) -> None:
         """Copy [host, host+size) to or from tgt (see `_run`)."""
         self._run(to_device, _Flat(self._hooks, tgt, host, size, self.chunk))
+
+    def retrieve_small(self, tgt: int, host: int, size: int) -> None:
+        """Copy `size` bytes (at most one chunk) from tgt to [host, host+size) through one
+        buffer: its DMA and a polled wait (in one step where the device has one), then the
+        copy out. Interrupted or failed, it writes nothing into the caller's memory and
+        its buffer is not used again (a DMA may still land in it; freed at close)."""
+        hooks = self._hooks
+        lanes = self._take(1)
+        buf, q = lanes[0]
+        if not hooks._copy_now_impl(False, tgt, buf, size):
+            hooks._retrieve_impl(buf, tgt, size, q, buf)
+            hooks._sync_impl(q)
+        memmove(host, buf, size)
+        self._give(lanes)
 
     def copy_rows(self, to_device: bool, tgt: int, host: int, pitch: int, width: int,
                   height: int) -> None:

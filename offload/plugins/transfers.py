@@ -59,6 +59,7 @@ class Transfers:
     name: str
     asynchronous: bool
     staging_threshold: int | None
+    stage_small_retrieves: bool
     pin_split: int | None
     pinned: PinnedMap
 
@@ -77,7 +78,7 @@ class Transfers:
 
     def _data_submit(self, d: int, tgt: int, host: int, size: int, queue: Any) -> None:
         dev = self.device(d)
-        if self._direct(size) and (queue is not None or not self.asynchronous):
+        if self._direct(size, True) and (queue is not None or not self.asynchronous):
             dev._submit_impl(tgt, host, size, queue, None)   # nothing pinned or staged
             dev.count("to unpinned", size)
         else:
@@ -94,17 +95,29 @@ class Transfers:
 
     def _data_retrieve(self, d: int, host: int, tgt: int, size: int, queue: Any) -> None:
         dev = self.device(d)
-        if self._direct(size) and (queue is not None or not self.asynchronous):
+        if self._direct(size, False) and (queue is not None or not self.asynchronous):
             dev._retrieve_impl(host, tgt, size, queue, None)
             dev.count("from unpinned", size)
         else:
             self._transfer(False, dev, tgt, host, size, queue)
 
-    def _direct(self, size: int) -> bool:
+    def _direct(self, size: int, to_device: bool) -> bool:
         """Whether a copy of `size` bytes is one plain copy: nothing is pinned (no piece
-        to split off) and it is below the staging threshold."""
+        to split off) and an unpinned copy of that size is not staged."""
+        return not self.pinned._starts and not self._staged(size, to_device)
+
+    def staging_from(self, to_device: bool) -> int | None:
+        """The size from which unpinned copies to (or from) the device go through
+        staging (None: never): the staging threshold, and 0 from the device where the
+        plugin stages small retrieves."""
         stage = self.staging_threshold
-        return not self.pinned._starts and (stage is None or size < stage)
+        if stage is not None and not to_device and self.stage_small_retrieves:
+            return 0
+        return stage
+
+    def _staged(self, size: int, to_device: bool) -> bool:
+        stage = self.staging_from(to_device)
+        return stage is not None and size >= stage
 
     def _crosses_split(self, host: int, size: int) -> bool:
         """Whether [host, host+size) spans two cells of the plugin's pin_split grid (one
@@ -123,6 +136,9 @@ class Transfers:
                     dev._copy_now_impl(to_device, tgt, host, size):
                 dev.count(_STAT_KEYS[to_device, False], size)   # pinned, in one step
                 return
+            if len(pieces) == 1 and pieces[0][2] is None and self._staged(size, to_device):
+                self._stage(dev, to_device, tgt, host, size, None)    # on staging's queues
+                return
             with dev.queue() as q:             # ours: synchronized before we return
                 self._transfer_on(dev, to_device, tgt, host, size, q)
         else:
@@ -130,8 +146,7 @@ class Transfers:
 
     def _transfer_on(self, dev: Any, to_device: bool, tgt: int, host: int, size: int,
                      q: Any) -> None:
-        stage = self.staging_threshold
-        if self._direct(size):
+        if self._direct(size, to_device):
             if to_device:                      # nothing pinned, nothing to stage: one copy
                 dev._submit_impl(tgt, host, size, q, None)
                 dev.count("to unpinned", size)
@@ -144,16 +159,27 @@ class Transfers:
         if grid and self._crosses_split(host, size):
             pieces = _split_pinned(pieces, host, grid)
         for off, n, via in pieces:
-            if via is None and stage is not None and n >= stage:
-                if q is not None:          # staging runs on queues of its own: what
-                    dev._sync_impl(q)      # was enqueued before (a kernel) goes first
-                dev.staging.copy(to_device, tgt + off, host + off, n)
-                dev.count("to staged" if to_device else "from staged", n)
-            elif to_device:
+            if via is None and self._staged(n, to_device):
+                self._stage(dev, to_device, tgt + off, host + off, n, q)
+                continue
+            if to_device:
                 dev._submit_impl(tgt + off, host + off, n, q, via)
             else:
                 dev._retrieve_impl(host + off, tgt + off, n, q, via)
             dev.count(_STAT_KEYS[to_device, via is None], n)
+
+    def _stage(self, dev: Any, to_device: bool, tgt: int, host: int, n: int, q: Any) -> None:
+        """An unpinned piece through the device's staging buffers, after the work queued
+        on `q` (staging runs on queues of its own); one buffer's worth back from the
+        device without workers."""
+        if q is not None:
+            dev._sync_impl(q)
+        if to_device or n > dev.staging.chunk:
+            dev.staging.copy(to_device, tgt, host, n)
+        else:
+            dev.staging.retrieve_small(tgt, host, n)
+        dev.count("to staged" if to_device else "from staged", n)
+        dev.count(_STAT_KEYS[to_device, True], n)
 
     def data_fill(self, d: int, tgt: int, value: int, size: int) -> None:
         """Set `size` device bytes at `tgt` to the byte `value`; returns when done."""
@@ -212,8 +238,7 @@ class Transfers:
         via = pieces[0][2] if len(pieces) == 1 else None
         pinned = via is not None
         nbytes = len(planes) * height * row
-        stage = self.staging_threshold
-        if not pinned and stage is not None and nbytes >= stage:
+        if not pinned and self._staged(nbytes, to_device):
             for p in planes:                         # packed on the host, moved 2-D
                 dev.staging.copy_rows(to_device, tgt + p, host + p, pitch, row, height)
             dev.count("to staged" if to_device else "from staged", nbytes)

@@ -140,3 +140,11 @@ class PitchedPlugin(RecordingPlugin):
     def __init__(self, config):
         super().__init__(config)
         self.refuse_2d = 0             # this many next 2-D copies are refused
+
+
+class BouncingPlugin(PitchedPlugin):
+    """The pitched double staging every unpinned copy from the device, small ones too
+    (as the CUDA plugin, whose driver sleeps in a copy into pageable memory)."""
+
+    name = "bouncing"
+    stage_small_retrieves = True

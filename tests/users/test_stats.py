@@ -75,6 +75,61 @@ def test_a_large_unpinned_copy_is_staged_and_a_pinned_one_direct(runtime, add_on
     assert got["to_device"]["staged"] == got["from_device"]["staged"] == 0
 
 
+
+@pytest.mark.parametrize("entry", range(7))
+def test_small_retrieves_are_staged_where_the_plugin_says(runtime, add_one, entry):
+    """A plugin with stage_small_retrieves (CUDA) sends an unpinned copy from the device
+    below the staging threshold through one staging buffer, from every entry; copies to
+    the device stay one plain copy, and pinned ones go direct."""
+    runtime(OFFLOAD_PLUGINS="bouncing")
+    fn = _entries(add_one)[entry]
+    a = np.zeros(4096, np.uint8)
+    ops = _moves(lambda: fn(a), what="operations_by_direction")
+    assert ops["from_device"]["staged"] == sum(ops["from_device"].values()) == 1, (fn, ops)
+    assert ops["to_device"]["staged"] == 0 and sum(ops["to_device"].values()) == 1, (fn, ops)
+    with offload.locked(a, device=0):
+        got = _moves(lambda: fn(a))
+    assert got["from_device"]["pinned"] == got["to_device"]["pinned"] == a.nbytes, (fn, got)
+    assert got["from_device"]["staged"] == 0
+
+
+def test_a_small_staged_retrieve_brings_the_device_values(runtime):
+    runtime(OFFLOAD_PLUGINS="bouncing")
+    a = np.arange(1000, dtype=np.int64)
+    offload.target_enter_data(offload.to(a), device=0)
+    a[:] = -1
+    offload.target_update(from_=[a[10:20]], device=0)
+    assert (a[10:20] == np.arange(10, 20)).all() and (a[:10] == -1).all() and \
+        (a[20:] == -1).all()
+    offload.target_exit_data(offload.from_(a), device=0)
+    assert (a == np.arange(1000)).all()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_an_interrupted_small_staged_retrieve_writes_nothing(runtime, exc):
+    """A small staged retrieve that fails in its DMA leaves the host memory as it was and
+    its buffer unused after (a DMA may still land in it); the next one is right."""
+    runtime(OFFLOAD_PLUGINS="bouncing")
+    dev = offload.runtime.current().manager.get_device(0).generic
+    a = np.arange(100, dtype=np.int64)
+    offload.target_enter_data(offload.to(a), device=0)
+    a[:] = -1
+    real = type(dev)._retrieve_impl
+
+    def fails(self, host, tgt, size, queue, pinned):
+        real(self, host, tgt, size, queue, pinned)
+        raise exc("injected")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(dev), "_retrieve_impl", fails)
+        with pytest.raises(exc):
+            offload.target_update(from_=[a], device=0)
+    assert (a == -1).all()
+    free_before = [list(s) for s in dev.staging._free]
+    offload.target_update(from_=[a], device=0)
+    assert (a == np.arange(100)).all()
+    assert all(lanes not in free_before for lanes in dev.staging._free if lanes)
+    offload.target_exit_data(offload.release(a), device=0)
+
 def test_host_plugin_copies_are_memcpy(rt, add_one):
     a = np.zeros(N, np.uint8)
     for fn in _entries(add_one):
