@@ -194,6 +194,25 @@ def test_kernel_then_staged_copy_back(cu, k):
     assert s["from unpinned"] >= 3 * a.nbytes and s["from pinned"] == 0
 
 
+
+def test_small_copies_back_are_staged_after_the_kernel(cu, k):
+    """A small unpinned copy back goes through a staging buffer with a polled wait (the
+    driver's own copy into pageable memory sleeps in the blocking-sync context), and
+    still after the kernel that wrote it; copies to the device stay one pageable copy."""
+    dev = offload.runtime.current().manager.get_device(0)
+    for v in (1, 2, 3):
+        a = np.zeros(64, np.int32)
+        before = offload.stats(0)
+        offload.target(k.slow_set, a, a.size, v, map=[offload.tofrom(a)], device=0,
+                       **blocks(a.size))
+        after = offload.stats(0)
+        assert (a == v).all()
+        moved = {w: {r: after[w][r] - before[w][r] for r in after[w]}
+                 for w in ("to_device", "from_device")}
+        assert moved["from_device"]["staged"] == a.nbytes, moved
+        assert moved["from_device"]["pageable"] == 0 and moved["to_device"]["staged"] == 0
+    assert dev.generic.stats["from staged"] >= 3 * a.nbytes
+
 def test_enter_exit_update_round_trip(cu, k):
     a = np.zeros(4096, np.int32)
     offload.target_enter_data(offload.to(a), device=0)
