@@ -105,6 +105,20 @@ def test_a_small_staged_retrieve_brings_the_device_values(runtime):
     assert (a == np.arange(1000)).all()
 
 
+
+def test_a_small_strided_retrieve_is_staged_too(runtime):
+    """The 2-D path keeps the same rule: a small unpinned block from the device is packed
+    through staging where the plugin stages small retrieves, and lands where it should."""
+    runtime(OFFLOAD_PLUGINS="bouncing")
+    a = np.arange(64 * 64, dtype=np.int32).reshape(64, 64)
+    want = a.copy()
+    offload.target_enter_data(offload.to(a), device=0)
+    a[:] = -1
+    got = _moves(lambda: offload.target_update(from_=[a[:, 8:24]], device=0))
+    assert got["from_device"]["staged"] == 64 * 16 * 4, got
+    assert (a[:, 8:24] == want[:, 8:24]).all() and (a[:, :8] == -1).all()
+    offload.target_exit_data(offload.release(a), device=0)
+
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
 def test_an_interrupted_small_staged_retrieve_writes_nothing(runtime, exc):
     """A small staged retrieve that fails in its DMA leaves the host memory as it was and
