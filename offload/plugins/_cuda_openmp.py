@@ -224,16 +224,11 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
         kept = st.scratch.get(n)
         pair = kept.pop() if kept else None
     if pair is None:
-        buffer = dev.alloc(n, AllocKind.DEVICE)
-        try:
-            pair = (dev.alloc(16, AllocKind.DEVICE), buffer)
-        except BaseException:
-            dev.free(buffer)
-            raise
+        pair = _new_scratch(dev, n)
     token = (n, *pair)
     try:
         dev.plugin.data_fill(dev.id, pair[1], 0, n)
-        _write(dev, pair[0], struct.pack("<IIQ", 0, 0, pair[1]))
+        _point(dev, *pair)
     except BaseException:
         give_back(dev, token)
         raise
@@ -253,8 +248,7 @@ def give_back(dev: CUDADevice, token: tuple[int, int, int] | None) -> None:
         if keep:
             kept.append((addr, buffer))
     if not keep:
-        dev.free(addr)
-        dev.free(buffer)
+        _free_scratch(dev, [(addr, buffer)])
 
 
 def _grid(dev: CUDADevice, binary: Any, env: KernelEnvironment, name: str,
@@ -315,23 +309,42 @@ def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
     found = st.stream_scratch.get(n)
     if found is not None:
         return found
-    made: list[int] = []
+    made: list[tuple[int, int]] = []
     try:                                   # made outside the lock (driver calls)
         for _ in range(COPIER_STREAMS):
-            made.append(dev.alloc(n, AllocKind.DEVICE))
-            made.append(dev.alloc(16, AllocKind.DEVICE))
-            _write(dev, made[-1], struct.pack("<IIQ", 0, 0, made[-2]))
+            made.append(_new_scratch(dev, n))
+            _point(dev, *made[-1])
     except BaseException:
-        for addr in made:
-            dev.free(addr)
+        _free_scratch(dev, made)
         raise
-    mine = ReductionScratch(tuple(made[1::2]), tuple(made[0::2]), n)
+    mine = ReductionScratch(tuple(e for e, _ in made), tuple(b for _, b in made), n)
     with _lock:
         found = st.stream_scratch.setdefault(n, mine)
     if found is not mine:                  # another thread's came first
-        for addr in made:
-            dev.free(addr)
+        _free_scratch(dev, made)
     return found
+
+
+def _new_scratch(dev: CUDADevice, n: int) -> tuple[int, int]:
+    """(environment, buffer): 16 bytes for a launch environment and a reduction buffer
+    of `n` bytes on the device; nothing left allocated when it fails."""
+    buffer = dev.alloc(n, AllocKind.DEVICE)
+    try:
+        return dev.alloc(16, AllocKind.DEVICE), buffer
+    except BaseException:
+        dev.free(buffer)
+        raise
+
+
+def _point(dev: CUDADevice, env: int, buffer: int) -> None:
+    """Write launch environment `env`: its counters 0, its buffer `buffer`."""
+    _write(dev, env, struct.pack("<IIQ", 0, 0, buffer))
+
+
+def _free_scratch(dev: CUDADevice, pairs: list[tuple[int, int]]) -> None:
+    for env, buffer in pairs:
+        dev.free(env)
+        dev.free(buffer)
 
 
 def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,

@@ -7,6 +7,7 @@ import pytest
 import offload
 from offload import ErrorCode, OffloadError
 from offload.pinned import Kind
+from tests.users.test_stats import _moves
 
 
 def _cuda_devices():
@@ -202,13 +203,9 @@ def test_small_copies_back_are_staged_after_the_kernel(cu, k):
     dev = offload.runtime.current().manager.get_device(0)
     for v in (1, 2, 3):
         a = np.zeros(64, np.int32)
-        before = offload.stats(0)
-        offload.target(k.slow_set, a, a.size, v, map=[offload.tofrom(a)], device=0,
-                       **blocks(a.size))
-        after = offload.stats(0)
+        moved = _moves(lambda a=a, v=v: offload.target(
+            k.slow_set, a, a.size, v, map=[offload.tofrom(a)], device=0, **blocks(a.size)))
         assert (a == v).all()
-        moved = {w: {r: after[w][r] - before[w][r] for r in after[w]}
-                 for w in ("to_device", "from_device")}
         assert moved["from_device"]["staged"] == a.nbytes, moved
         assert moved["from_device"]["pageable"] == 0 and moved["to_device"]["staged"] == 0
     assert dev.generic.stats["from staged"] >= 3 * a.nbytes

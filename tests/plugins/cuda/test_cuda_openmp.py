@@ -125,9 +125,10 @@ class ScratchDevice:
     """What launch_environment and give_back use of a CUDA device, recorded: device
     memory as numbered blocks, fills and writes as (address, bytes)."""
 
-    def __init__(self, fail_fill=False):
+    def __init__(self, fail_fill=False, allocs_left=None):
         self.id, self.next, self.live, self.done = 0, 0x1000, set(), []
         self.fail_fill = fail_fill
+        self.allocs_left = allocs_left          # then allocations run out (None: never)
         dev = self
 
         class Plugin:
@@ -141,6 +142,10 @@ class ScratchDevice:
         self.plugin = Plugin()
 
     def alloc(self, n, kind):
+        if self.allocs_left is not None:
+            if self.allocs_left == 0:
+                raise OffloadError(omp.ErrorCode.OUT_OF_RESOURCES, "out of device memory")
+            self.allocs_left -= 1
         self.next += 0x1000
         self.live.add(self.next)
         return self.next
@@ -180,3 +185,23 @@ def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch()
     assert len(dev.live) == 2 * omp._SCRATCH_KEPT                # its pair kept, not lost
     plain, nothing = omp.launch_environment(ScratchDevice(), env(omp.EXEC_SPMD), 4)
     assert nothing is None and plain                             # the shared one
+
+
+def test_the_cores_reduction_scratch_is_one_pair_per_stream_made_once():
+    """launch_plan's ReductionScratch: for each copier stream an environment pointing at
+    its own buffer (counters 0), made once per buffer size; running out of memory part
+    way leaves nothing allocated, and the next call makes it whole."""
+    dev = ScratchDevice()
+    got = omp._stream_scratch(dev, 64)
+    assert len(got.environments) == len(got.buffers) == omp.COPIER_STREAMS and got.bytes == 64
+    assert dev.live == set(got.environments) | set(got.buffers)
+    assert dev.done == [("write", e, struct.pack("<IIQ", 0, 0, b))
+                        for e, b in zip(got.environments, got.buffers, strict=True)]
+    assert omp._stream_scratch(dev, 64) is got and len(dev.live) == 2 * omp.COPIER_STREAMS
+    for left in range(2 * omp.COPIER_STREAMS):
+        short = ScratchDevice(allocs_left=left)
+        with pytest.raises(OffloadError, match="out of device memory"):
+            omp._stream_scratch(short, 64)
+        assert short.live == set(), left
+        short.allocs_left = None
+        assert len(omp._stream_scratch(short, 64).environments) == omp.COPIER_STREAMS
