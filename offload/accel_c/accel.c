@@ -37,6 +37,7 @@
 #include "table.c"
 #include "common.c"
 #include "single_range.c"
+#include "section.c"
 #include "update.c"
 #include "present.c"
 #include "clauses.c"
@@ -200,7 +201,7 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
     goto bad;
   }
   /* ("memcpy",) or ("cuda", set_ctx, ctx, h2d, d2h, query, spin, streams, stream_objects,
-   *  poll, check, drv, device, pin_split, launch, memset), or None */
+   *  poll, check, drv, device, pin_split, launch, memset[, bounce]), or None */
   Copier *c = &a->copier;
   if (copier != Py_None) {
     const char *how;
@@ -213,10 +214,14 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
       c->kind = COPY_MEMCPY;
     } else if (!strcmp(how, "cuda")) {
       unsigned long long launch = 0, memset_ = 0;
-      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLKK", &how, &set_ctx, &ctx, &h2d, &d2h,
+      PyObject *bounce = Py_None;
+      if (!PyArg_ParseTuple(copier, "sKKKKKdO!O!OOOlLKK|O", &how, &set_ctx, &ctx, &h2d, &d2h,
                             &query, &c->spin, &PyTuple_Type, &addrs, &PyTuple_Type, &objs,
-                            &poll, &check, &drv, &c->device, &c->split, &launch, &memset_))
+                            &poll, &check, &drv, &c->device, &c->split, &launch, &memset_,
+                            &bounce))
         goto bad;
+      if (bounce != Py_None)
+        a->ref[BOUNCE_PY] = Py_NewRef(bounce);
       c->launch = launch;
       c->memset = memset_;
       Py_ssize_t ns = PyTuple_GET_SIZE(addrs);

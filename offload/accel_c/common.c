@@ -3,7 +3,8 @@
 
 /* Objects the table and device keep for their lifetime (they change them in place). */
 enum { TABLE, DEV, PLUGIN, KIND, NEW_LOCK, BEGIN_PY, END_PY, DEV_ACQUIRE, DEV_RELEASE, ALLOCS,
-       POOL, POOL_FREE, STATS, RELEASE_PY, UPDATE_PY, POLL, CHECK, DRV, STREAMS, NREFS };
+       POOL, POOL_FREE, STATS, RELEASE_PY, UPDATE_PY, POLL, CHECK, DRV, STREAMS, BOUNCE_PY,
+       NREFS };
 
 /* How update copies run in C: memcpy (host memory), or a CUDA copy of a pinned range
  * enqueued and spun on through the driver's entry points (the GIL released). */
@@ -19,6 +20,8 @@ typedef struct {
   char taken[MAX_STREAMS];
   long device;                     /* the plugin-local device id (PinnedEntry.dev key) */
   long long split;                 /* the plugin's pin_split grid (0: none) */
+  uintptr_t bounce[MAX_STREAMS];   /* each stream's pinned bounce buffer (section.c) */
+  Py_ssize_t bounce_bytes;         /* their size; 0: not asked for yet, -1: none */
 } Copier;
 
 typedef struct {
@@ -185,6 +188,18 @@ static int add_count(Accel *a, PyObject *key, Py_ssize_t n) {
   int rc = PyDict_SetItem(R(a, STATS), key, sum);
   Py_DECREF(sum);
   return rc;
+}
+
+/* n bytes by the route `key` names, and one operation by it (GenericDevice.count) */
+static int add_stat(Accel *a, PyObject *key, Py_ssize_t n);
+
+/* n bytes staged (through a pinned buffer) to the device or from it: counted as unpinned
+ * and as staged, bytes and one operation (0, or -1 with an exception). */
+static int add_staged(Accel *a, int to_device, Py_ssize_t n) {
+  return add_stat(a, to_device ? s_to_unpinned : s_from_unpinned, n) < 0 ||
+                 add_count(a, to_device ? s_to_staged : s_from_staged, n) < 0 ||
+                 add_count(a, to_device ? s_to_staged_ops : s_from_staged_ops, 1) < 0
+             ? -1 : 0;
 }
 
 /* n bytes by the route `key` names, and one operation by it (GenericDevice.count) */

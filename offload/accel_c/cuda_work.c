@@ -21,6 +21,13 @@ static double seconds(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* A copy enqueued around a launch: copy(dst, src, size) (size 0: none). */
+typedef struct {
+  cu_copy_t copy;
+  uintptr_t dst, src;
+  size_t size;
+} CuSpan;
+
 /* What one CUDA operation enqueues: a copy or a kernel launch (run without the GIL). */
 typedef struct {
   int launch;                      /* 0: copy(dst, src, size), 1: launch */
@@ -32,6 +39,7 @@ typedef struct {
   void **params;
   uintptr_t zero[2];               /* a launch: ranges set to 0 on the stream first */
   size_t zero_n[2];                /* (their bytes; 0: none) */
+  CuSpan before, after;            /* a launch: a copy enqueued first, and one after it */
 } CuWork;
 
 /* The driver entry points an operation needs. */
@@ -43,9 +51,6 @@ typedef struct {
   cu_memset_t memset;              /* cuMemsetD8Async (for CuWork.zero) */
 } CuEntries;
 
-/* Run `w` on `stream` and spin on the stream for at most `spin` seconds. Returns the first
- * driver error, 0 when done, or CU_NOT_READY when the work outlasts the spin (the caller
- * then polls, so that Ctrl-C is delivered). */
 /* query(handle) (a stream's or an event's) until it is not CU_NOT_READY, for at most `spin`
  * seconds: its last result. */
 static int cuda_spin(query_t query, void *handle, double spin) {
@@ -58,8 +63,17 @@ static int cuda_spin(query_t query, void *handle, double spin) {
   return rc;
 }
 
+static int cuda_span(const CuSpan *s, void *stream) {
+  return s->size ? s->copy(s->dst, s->src, s->size, stream) : 0;
+}
+
+/* Run `w` on `stream` and spin on the stream for at most `spin` seconds. Returns the first
+ * driver error, 0 when done, or CU_NOT_READY when the work outlasts the spin (the caller
+ * then polls, so that Ctrl-C is delivered). */
 static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, double spin) {
   int rc = e->set_ctx(e->ctx);
+  if (rc == 0 && w->launch)
+    rc = cuda_span(&w->before, stream);
   for (int i = 0; i < 2 && rc == 0 && w->launch; i++)
     if (w->zero_n[i])
       rc = e->memset ? e->memset(w->zero[i], 0, w->zero_n[i], stream) : 1;
@@ -67,5 +81,7 @@ static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, doub
     rc = w->launch ? e->launch(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared, stream,
                                w->params, NULL)
                    : w->copy(w->dst, w->src, w->size, stream);
+  if (rc == 0 && w->launch)
+    rc = cuda_span(&w->after, stream);
   return rc == 0 ? cuda_spin(e->query, stream, spin) : rc;
 }

@@ -18,6 +18,7 @@ static PyObject *s_rt, *s_live, *s_closing, *s_inflight, *s_pending_attr;
 static PyObject *s_array, *s_type, *s_copy_back;
 static PyObject *s_to_pinned, *s_from_pinned, *s_to_unpinned, *s_from_unpinned,
     *s_to_pinned_ops, *s_from_pinned_ops, *s_to_unpinned_ops, *s_from_unpinned_ops,
+    *s_to_staged, *s_from_staged, *s_to_staged_ops, *s_from_staged_ops,
     *s_pool_hits, *s_h2d_name, *s_d2h_name, *s_shutting, *s_unknown_where;
 
 /* (variable, owner, name): the owner is a class as "module:Class", or one of "lock",
@@ -71,6 +72,10 @@ static const Name core_interface[] = {
     {&s_from_pinned_ops, "stats key", "from pinned ops"},
     {&s_to_unpinned_ops, "stats key", "to unpinned ops"},
     {&s_from_unpinned_ops, "stats key", "from unpinned ops"},
+    {&s_to_staged, "stats key", "to staged"},
+    {&s_from_staged, "stats key", "from staged"},
+    {&s_to_staged_ops, "stats key", "to staged ops"},
+    {&s_from_staged_ops, "stats key", "from staged ops"},
     {&s_pool_hits, "stats key", "pool hits"},
     {&s_h2d_name, "message", "cuMemcpyHtoDAsync"},
     {&s_d2h_name, "message", "cuMemcpyDtoHAsync"},

@@ -147,9 +147,11 @@ static PyObject *present_args(Accel *a, PyObject *kargs, PyObject *marked) {
  * with nothing marked and *absent the (base, begin, size, type) of the list's one
  * component that shares no byte with any mapping, when `absent` is given and every other
  * lies inside a made mapping (so shares none with it) or is a literal; -1 with an
- * exception (a malformed call, or no memory). */
+ * exception (a malformed call, or no memory). With `m` (its limit not 0), that one
+ * component is made here instead when make_section takes it (m->entry: given back by
+ * finish_section), and the list goes on as if it were mapped. */
 static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject **kargs_out,
-                    PyObject **marked_out, PyObject **absent) {
+                    PyObject **marked_out, PyObject **absent, Made *m) {
   unsigned long long at[5];
   Py_ssize_t n = PyLong_AsSsize_t(args[0]);
   if (n == -1 && PyErr_Occurred())
@@ -186,14 +188,17 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
     uintptr_t base = (uintptr_t)bases[i], p = (uintptr_t)begins[i], dev = 0;
     if (!(t & MAP_LITERAL) && !mark_entry(a, p, (uintptr_t)sizes[i], 1, marked, &dev)) {
       int inside;
-      if (absent && missing < 0 && sizes[i] > 0 &&
+      if (absent && missing < 0 && sizes[i] > 0 && !(m && m->entry) &&
           !core_find(a->core, p, (uintptr_t)sizes[i], &inside)) {
-        missing = i;                 /* in no mapping at all: the one to map first, if alone */
-        continue;
+        if (!m || !make_section(a, base, p, sizes[i], t, m, &dev)) {
+          missing = i;               /* in no mapping at all: the one to map first, if alone */
+          continue;
+        }
+      } else {
+        PyErr_Clear();
+        refused = 1;
+        break;
       }
-      PyErr_Clear();
-      refused = 1;
-      break;
     }
     if (!(t & MAP_TARGET_PARAM) || missing >= 0)
       continue;
@@ -203,6 +208,8 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
       Py_XDECREF(v);
       unmark_all(a, marked);
       give_table_lock(a);
+      if (m && m->entry)
+        finish_section(a, m, SECTION_UNUSED);
       goto fail;
     }
     Py_DECREF(v);
@@ -210,6 +217,8 @@ static int mark_map(Accel *a, PyObject *const *args, PyObject *first, PyObject *
   if (refused || missing >= 0) {                /* nothing marked stays marked */
     unmark_all(a, marked);
     give_table_lock(a);
+    if (m && m->entry)
+      finish_section(a, m, SECTION_UNUSED);
     Py_DECREF(kargs);
     Py_DECREF(marked);
     if (refused)
@@ -251,7 +260,7 @@ static PyObject *Accel_present_map(Accel *a, PyObject *const *args, size_t nargs
     return NULL;
   }
   PyObject *absent;
-  int got = mark_map(a, args, NULL, &kargs, &marked, &absent);
+  int got = mark_map(a, args, NULL, &kargs, &marked, &absent, NULL);
   if (got == 2)
     return absent;
   if (got <= 0)
@@ -280,13 +289,19 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
   PyObject *absent;
-  int got = mark_map(a, args, args[7], &kargs, &marked, &absent);
+  Made m = {section_limit(a), NULL, 0, 0, 0, 0, NULL};
+  if (m.limit < 0)
+    return NULL;
+  int got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
   if (got == 2)
     return absent;
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
-  return launched(a, launch_now(a, args[6], kargs, nargs == 9 ? args[8] : NULL), kargs,
-                  marked);
+  int ran = launch_now(a, args[6], kargs, nargs == 9 ? args[8] : NULL, m.entry ? &m : NULL);
+  if (m.entry && finish_section(a, &m, ran > 0 ? SECTION_RAN : ran == 0 ? SECTION_UNUSED
+                                                                        : SECTION_FAILED) < 0)
+    ran = -1;
+  return launched(a, ran, kargs, marked);
 }
 
 /* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a
@@ -303,7 +318,7 @@ static PyObject *Accel_launch_present(Accel *a, PyObject *const *args, size_t na
   int got = mark_present(a, args[0], &kargs, &marked);
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_False);
-  return launched(a, launch_now(a, args[1], kargs, NULL), kargs, marked);
+  return launched(a, launch_now(a, args[1], kargs, NULL, NULL), kargs, marked);
 }
 
 /* After launch_now gave `ran`: the marks given back and both lists let go; True (ran),

@@ -1,6 +1,37 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): one single-range clause's map and
  * unmap (begin_single_range, end_single_range). */
 
+/* (Device lock held.) A block of n bytes (`no`: n as an int, the pool's key) taken from the
+ * device's pool and recorded as allocated, as GenericDevice.alloc's first step: 1 with its
+ * address (*addr a new reference); 0 with nothing changed when the pool has none; -1 on an
+ * error (memory: the block may be recorded as allocated). */
+static int pool_take(Accel *a, PyObject *no, Py_ssize_t n, uintptr_t *tgt, PyObject **addr) {
+  PyObject *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), no);
+  Py_ssize_t nb = blocks && PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : 0;
+  long long bytes;
+  if (!nb || !as_addr(PyList_GET_ITEM(blocks, nb - 1), tgt) || !*tgt ||
+      !attr_size(R(a, POOL), s_bytes, &bytes)) {
+    PyErr_Clear();
+    return 0;
+  }
+  PyObject *got = Py_NewRef(PyList_GET_ITEM(blocks, nb - 1));
+  PyObject *rec = Py_BuildValue("(nO)", n, R(a, KIND));
+  PyObject *left = PyLong_FromLongLong(bytes - n);
+  int bad = !rec || !left || PyDict_SetItem(R(a, ALLOCS), got, rec) < 0 ||
+            PyObject_SetAttr(R(a, POOL), s_bytes, left) < 0 ||
+            PyList_SetSlice(blocks, nb - 1, nb, NULL) < 0 ||
+            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0 ||
+            add_count(a, s_pool_hits, 1) < 0;
+  Py_XDECREF(rec);
+  Py_XDECREF(left);
+  if (bad) {
+    Py_DECREF(got);
+    return -1;
+  }
+  *addr = got;
+  return 1;
+}
+
 /* begin_single_range(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_single_range. */
 static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
@@ -53,30 +84,15 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   /* a block of n bytes from the device's pool (GenericDevice.alloc's first step) */
   if (!(dev_locked = try_device_lock(a)))
     goto slow;
-  PyObject *blocks = PyDict_GetItemWithError(R(a, POOL_FREE), no);
-  Py_ssize_t nb = blocks && PyList_CheckExact(blocks) ? PyList_GET_SIZE(blocks) : 0;
   uintptr_t tgt;
-  long long bytes;
-  if (!nb || !as_addr(PyList_GET_ITEM(blocks, nb - 1), &tgt) || !tgt ||
-      !attr_size(R(a, POOL), s_bytes, &bytes))
-    goto slow;
-  PyObject *addr = PyList_GET_ITEM(blocks, nb - 1);
-  Py_INCREF(addr);
-  PyObject *rec = Py_BuildValue("(nO)", n, R(a, KIND));
-  PyObject *left = PyLong_FromLongLong(bytes - n);
-  int bad = !rec || !left || PyDict_SetItem(R(a, ALLOCS), addr, rec) < 0 ||
-            PyObject_SetAttr(R(a, POOL), s_bytes, left) < 0 ||
-            PyList_SetSlice(blocks, nb - 1, nb, NULL) < 0 ||
-            PyObject_SetAttr(R(a, DEV), s_alloc_starts, Py_None) < 0 ||
-            add_count(a, s_pool_hits, 1) < 0;
-  Py_XDECREF(rec);
-  Py_XDECREF(left);
+  PyObject *addr;
+  int took = pool_take(a, no, n, &tgt, &addr);
   give_device_lock(a);
   dev_locked = 0;
-  if (bad) {
-    Py_DECREF(addr);
+  if (took == 0)
+    goto slow;
+  if (took < 0)
     goto done;
-  }
   /* the entry, as HostDataToTarget(p, n, 0, None, owner) with dyn = 1; a large first
    * copy runs outside the lock, the entry's `ready` lock held until it is done */
   int big = n > a->limit;

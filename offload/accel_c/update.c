@@ -9,7 +9,8 @@ typedef struct {
   uint64_t *first;
 } Scratch;
 
-static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch);
+static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch,
+                          Made *m);
 static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc);
 
 /* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
@@ -81,13 +82,16 @@ static int cuda_alive(Accel *a) {
  * released, a longer wait polled by Python (Ctrl-C works), an error raised by the
  * driver's check as `what`'s. 1 done, 0 no free stream (nothing done), -1 an exception. */
 static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
-  return on_stream_with(a, w, what, NULL);
+  return on_stream_with(a, w, what, NULL, NULL);
 }
 
 /* on_stream, and with `scratch` (a launch's per-stream scratch, see launch_now) the taken
  * stream's launch environment written into the kernel's first argument and it and its
- * reduction buffer set to 0 on the stream before the launch. */
-static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch) {
+ * reduction buffer set to 0 on the stream before the launch; with `m` (a section made for
+ * the launch, section.c) its bytes sent through the stream's bounce buffer before the
+ * launch (TO) and brought back into m->back after it (FROM). */
+static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch,
+                          Made *m) {
   Copier *c = &a->copier;
   int s = -1;
   for (int i = 0; i < c->nstreams; i++)
@@ -109,6 +113,13 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
     run.zero[1] = scratch->buffer[s];
     run.zero_n[1] = scratch->bytes;
   }
+  unsigned char *bounce = (unsigned char *)c->bounce[s];
+  if (m && (m->t & 1)) {
+    memcpy(bounce, (const void *)m->host, (size_t)m->n);
+    run.before = (CuSpan){(cu_copy_t)c->h2d, m->tgt, (uintptr_t)bounce, (size_t)m->n};
+  }
+  if (m && (m->t & 2))
+    run.after = (CuSpan){(cu_copy_t)c->d2h, (uintptr_t)bounce, m->tgt, (size_t)m->n};
   int rc;
   Py_BEGIN_ALLOW_THREADS
   rc = cuda_run_spin(&e, &run, stream, c->spin);
@@ -123,6 +134,8 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
     if (rc == -1 && PyErr_Occurred())
       return -1;
   }
+  if (rc == 0 && m && (m->t & 2))
+    memcpy(m->back, bounce, (size_t)m->n);       /* before another launch may take it */
   c->taken[s] = 0;
   if (rc) {
     PyObject *code = PyLong_FromLong(rc);
@@ -159,7 +172,7 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
   if (!cuda_alive(a) || !pinned_via(a, p, n))
     return 0;
   CuWork w = {0, (cu_copy_t)(to_device ? c->h2d : c->d2h), to_device ? tgt : p,
-              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL, {0, 0}, {0, 0}};
+              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL, {0, 0}, {0, 0}, {0}, {0}};
   PyObject *what = to_device ? s_h2d_name : s_d2h_name;
   int done = on_stream(a, &w, what);
   if (done <= 0)
@@ -172,8 +185,9 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
  * CUDADevice._launch_impl's one-call path: 1 done, 0 not here (nothing done), -1 an
  * exception. With `scratch` (not None: a ReductionScratch (environments, buffers, bytes),
  * one of each per copier stream) the first argument is the taken stream's environment,
- * set to 0 with its buffer before the launch (an OpenMP kernel that reduces). */
-static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scratch) {
+ * set to 0 with its buffer before the launch (an OpenMP kernel that reduces). With `m`, a
+ * section made for the launch is copied around it (on_stream_with). */
+static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scratch, Made *m) {
   Copier *c = &a->copier;
   unsigned long long fn;
   unsigned grid, block, shared;
@@ -216,8 +230,8 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scrat
   if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
     return -1;
   CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL,
-              {0, 0}, {0, 0}};
-  return on_stream_with(a, &w, what, with);
+              {0, 0}, {0, 0}, {0}, {0}};
+  return on_stream_with(a, &w, what, with, m);
 }
 
 /* A ReductionScratch (environments, buffers, bytes) with one of each for every stream of

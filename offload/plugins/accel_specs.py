@@ -70,12 +70,18 @@ class CudaCopier(NamedTuple):
     pin_split: int                  # bytes above which a pinned copy is split (0: never)
     launch: int                     # cuLaunchKernel
     memset: int                     # cuMemsetD8Async
+    #: each stream's pinned bounce buffer for a region's small section, asked for at
+    #: first use (GenericDevice.copier_bounce); None: sections are mapped in Python
+    bounce: Callable[[], tuple[tuple[int, ...], int]] | None = None
 
 
 Copier = MemcpyCopier | CudaCopier
 
 #: streams a CudaCopier brings (each a launch's or a copy's at a time)
 COPIER_STREAMS = 2
+
+#: bytes of a copier stream's bounce buffer: the largest section a region maps in C
+BOUNCE_BYTES = 4096
 
 #: launch specs kept per kernel (one per geometry it was launched with) at most
 SPECS_KEPT = 64

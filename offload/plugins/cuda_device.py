@@ -151,7 +151,8 @@ class CUDADevice(CUDAKernels):
                           addr(fast.d2h), addr(fast.query), SPIN_SECONDS,
                           tuple(addr(q) for q in streams), streams, self.plugin.poll_stream,
                           drv.check, drv, self.id, self.plugin.pin_split or 0,
-                          addr(fast.launch), addr(fast.memset))
+                          addr(fast.launch), addr(fast.memset),
+                          lambda: self.copier_bounce(COPIER_STREAMS))
 
     accel_launches = True
 

@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _accel, profile, tracing
+from ..config import LockMapped
 from ..errors import ErrorCode, OffloadError
 from ..image import Binary
-from .accel_specs import SPECS_KEPT, Copier, LaunchSpec, OmpLaunchPlan
+from .accel_specs import BOUNCE_BYTES, SPECS_KEPT, Copier, LaunchSpec, OmpLaunchPlan
 from .args import GenericKernel, check_kernel_args
 from .device_hooks import DeviceHooks
 from .exported import ExportedBlocks
@@ -81,6 +82,17 @@ class GenericDevice(DeviceHooks):
         """How offload/accel_c may make an update's copy in C on this device (a Copier;
         see `accelerate` there), or None: the Python path."""
         return None
+
+    def copier_bounce(self, streams: int) -> tuple[tuple[int, ...], int]:
+        """A pinned bounce buffer for each of a copier's `streams` streams (one staging
+        buffer, kept until the device closes, cut in pieces of at most BOUNCE_BYTES) and
+        their bytes; ((), 0) when mapping a range may pin it
+        (LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS): the core then maps none."""
+        if self.plugin.config.lock_mapped is not LockMapped.OFF:
+            return (), 0
+        each = min(BOUNCE_BYTES, self.staging.chunk // streams)
+        start = self.staging.kept_buffer()
+        return tuple(start + i * each for i in range(streams)), each
 
     #: whether accel_launch may give specs (else regions do not ask)
     accel_launches = False

@@ -142,6 +142,11 @@ class Staging:
             for addr, q in lanes:
                 self._hooks._free_staging_impl(addr, q)
 
+    def kept_buffer(self) -> int:
+        """One buffer (`chunk` bytes of pinned memory) taken for the caller's own use
+        until `close` frees it with the rest."""
+        return self._take(1)[0][0]
+
     def copy(self, to_device: bool, tgt: int, host: int, size: int) -> None:
         """Copy [host, host+size) to or from tgt (see `_run`)."""
         self._run(to_device, _Flat(self._hooks, tgt, host, size, self.chunk))

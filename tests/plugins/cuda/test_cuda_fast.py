@@ -27,10 +27,11 @@ def helper():
 class Driver:
     """Stand-ins for cuCtxSetCurrent, a cuMemcpy*Async, cuStreamQuery, cuLaunchKernel and
     cuMemsetD8Async, recording their calls; the stream completes after `busy_polls`
-    queries."""
+    queries. A launch calls `kernel(params)`, when set, as the device would run it."""
 
     def __init__(self, busy_polls=0, ctx_rc=0, op_rc=0, done_rc=0):
         self.calls = []
+        self.kernel = None
         self.busy_polls, self.ctx_rc, self.op_rc, self.done_rc = busy_polls, ctx_rc, op_rc, done_rc
 
         @ffi.callback("int(void *)")
@@ -62,6 +63,8 @@ class Driver:
                                shared, int(ffi.cast("uintptr_t", stream)),
                                ffi.cast("unsigned long long *", params[0])[0],
                                extra == ffi.NULL))
+            if self.kernel is not None and self.op_rc == 0:
+                self.kernel(params)
             return self.op_rc
 
         @ffi.callback("int(uintptr_t, unsigned char, size_t, void *)")
