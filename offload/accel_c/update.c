@@ -112,6 +112,11 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
     run.zero_n[0] = 8;                         /* ReductionCnt, ReductionIterCnt */
     run.zero[1] = scratch->buffer[s];
     run.zero_n[1] = scratch->bytes;
+    if (scratch->buffer[s] + scratch->bytes == scratch->env[s]) {   /* one block: one fill */
+      run.zero[0] = scratch->buffer[s];
+      run.zero_n[0] = scratch->bytes + 8;
+      run.zero_n[1] = 0;
+    }
   }
   unsigned char *bounce = (unsigned char *)c->bounce[s];
   if (m && (m->t & 1)) {

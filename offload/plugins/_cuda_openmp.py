@@ -298,8 +298,9 @@ def _plan(dev: CUDADevice, binary: Any, name: str, teams: int, threads: int,
 
 
 def _reduction_bytes(env: KernelEnvironment) -> int:
-    """The bytes of a launch's reduction buffer (LLVM 19: data size x buffer length)."""
-    return env.reduction_data_size * max(env.reduction_buffer_length, 1)
+    """The bytes of a launch's reduction buffer (LLVM 19: data size x buffer length),
+    rounded up to 8 (the launch environment after it stays aligned)."""
+    return -(-env.reduction_data_size * max(env.reduction_buffer_length, 1) // 8) * 8
 
 
 def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
@@ -326,14 +327,11 @@ def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
 
 
 def _new_scratch(dev: CUDADevice, n: int) -> tuple[int, int]:
-    """(environment, buffer): 16 bytes for a launch environment and a reduction buffer
-    of `n` bytes on the device; nothing left allocated when it fails."""
-    buffer = dev.alloc(n, AllocKind.DEVICE)
-    try:
-        return dev.alloc(16, AllocKind.DEVICE), buffer
-    except BaseException:
-        dev.free(buffer)
-        raise
+    """(environment, buffer): one device block holding a reduction buffer of `n` bytes
+    (a multiple of 8: _reduction_bytes) with a launch environment's 16 bytes right after
+    it, so that one fill sets the buffer and the environment's counters to 0."""
+    buffer = dev.alloc(n + 16, AllocKind.DEVICE)
+    return buffer + n, buffer
 
 
 def _point(dev: CUDADevice, env: int, buffer: int) -> None:
@@ -342,9 +340,8 @@ def _point(dev: CUDADevice, env: int, buffer: int) -> None:
 
 
 def _free_scratch(dev: CUDADevice, pairs: list[tuple[int, int]]) -> None:
-    for env, buffer in pairs:
-        dev.free(env)
-        dev.free(buffer)
+    for _, block in pairs:
+        dev.free(block)
 
 
 def launch(dev: CUDADevice, binary: Any, name: str, args: Sequence[int], teams: int,

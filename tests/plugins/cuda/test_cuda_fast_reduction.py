@@ -85,3 +85,21 @@ def test_a_failing_zero_reports_the_driver_error_and_marks_nothing(accel_table, 
         d.memset_rc, d.calls[:] = 0, []
         assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
         assert d.calls[1][4] == 0x51                     # the stream went back
+
+
+def test_an_environment_right_after_its_buffer_is_zeroed_with_it_in_one_fill(accel_table,
+                                                                            monkeypatch):
+    """_cuda_openmp's scratch is one block per stream, the environment after the buffer:
+    one cuMemsetD8Async covers the buffer and the counters, not the buffer pointer."""
+    d = Driver()
+    blocks = [np.full(64 + 16, 0xAB, dtype=np.uint8) for _ in range(2)]
+    for b in blocks:
+        b[72:] = np.frombuffer(b.ctypes.data.to_bytes(8, "little"), np.uint8)   # the pointer
+    envs = tuple(b.ctypes.data + 64 for b in blocks)
+    scratch = ReductionScratch(envs, tuple(b.ctypes.data for b in blocks), 64)
+    with _region(accel_table, monkeypatch, d) as (table, arrays, checks):
+        assert table.steps.launch_present_map(*arrays, SPEC, 0, scratch) is True
+    assert d.calls[1:3] == [("memset", blocks[0].ctypes.data, 0, 72, 0x51),
+                            ("launch", 0xF00, 32, 1, 1, 32, 1, 1, 0, 0x51, envs[0], True)]
+    assert not blocks[0][:72].any() and blocks[1][:72].all()
+    assert int.from_bytes(blocks[0][72:].tobytes(), "little") == blocks[0].ctypes.data

@@ -162,43 +162,47 @@ def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch()
     dev = ScratchDevice()
     red = env(omp.EXEC_SPMD, red=8)
     addr, token = omp.launch_environment(dev, red, 4)
-    assert token == (8, addr, token[2]) and dev.live == {addr, token[2]}
+    assert token == (8, addr, token[2]) and dev.live == {token[2]}   # one block
+    assert addr == token[2] + 8                                      # the buffer, then it
     assert dev.done == [("fill", token[2], 8),
                         ("write", addr, struct.pack("<IIQ", 0, 0, token[2]))]
     second, other = omp.launch_environment(dev, red, 4)         # while the first runs
-    assert second != addr and len(dev.live) == 4
+    assert second != addr and len(dev.live) == 2
     omp.give_back(dev, token)
     omp.give_back(dev, other)
     dev.done.clear()
     again, token = omp.launch_environment(dev, red, 4)          # a kept pair, rewritten
-    assert again in (addr, second) and len(dev.live) == 4
+    assert again in (addr, second) and len(dev.live) == 2
     assert dev.done == [("fill", token[2], 8),
                         ("write", again, struct.pack("<IIQ", 0, 0, token[2]))]
     omp.give_back(dev, token)
     tokens = [omp.launch_environment(dev, red, 4)[1] for _ in range(omp._SCRATCH_KEPT + 2)]
     for t in tokens:
         omp.give_back(dev, t)
-    assert len(dev.live) == 2 * omp._SCRATCH_KEPT                # the rest freed
+    assert len(dev.live) == omp._SCRATCH_KEPT                    # the rest freed
     dev.fail_fill = True
     with pytest.raises(OffloadError, match="fill failed"):
         omp.launch_environment(dev, red, 4)
-    assert len(dev.live) == 2 * omp._SCRATCH_KEPT                # its pair kept, not lost
+    assert len(dev.live) == omp._SCRATCH_KEPT                    # its pair kept, not lost
     plain, nothing = omp.launch_environment(ScratchDevice(), env(omp.EXEC_SPMD), 4)
     assert nothing is None and plain                             # the shared one
 
 
 def test_the_cores_reduction_scratch_is_one_pair_per_stream_made_once():
     """launch_plan's ReductionScratch: for each copier stream an environment pointing at
-    its own buffer (counters 0), made once per buffer size; running out of memory part
-    way leaves nothing allocated, and the next call makes it whole."""
+    its own buffer (counters 0), right after it in one block (one fill zeroes both), made
+    once per buffer size; running out of memory part way leaves nothing allocated, and
+    the next call makes it whole."""
     dev = ScratchDevice()
     got = omp._stream_scratch(dev, 64)
     assert len(got.environments) == len(got.buffers) == omp.COPIER_STREAMS and got.bytes == 64
-    assert dev.live == set(got.environments) | set(got.buffers)
+    assert dev.live == set(got.buffers)
+    assert [e - b for e, b in zip(got.environments, got.buffers, strict=True)] == \
+        [64] * omp.COPIER_STREAMS
     assert dev.done == [("write", e, struct.pack("<IIQ", 0, 0, b))
                         for e, b in zip(got.environments, got.buffers, strict=True)]
-    assert omp._stream_scratch(dev, 64) is got and len(dev.live) == 2 * omp.COPIER_STREAMS
-    for left in range(2 * omp.COPIER_STREAMS):
+    assert omp._stream_scratch(dev, 64) is got and len(dev.live) == omp.COPIER_STREAMS
+    for left in range(omp.COPIER_STREAMS):
         short = ScratchDevice(allocs_left=left)
         with pytest.raises(OffloadError, match="out of device memory"):
             omp._stream_scratch(short, 64)
