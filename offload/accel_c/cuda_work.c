@@ -37,8 +37,8 @@ typedef struct {
   void *fn;
   unsigned grid, block, shared;
   void **params;
-  uintptr_t zero[2];               /* a launch: ranges set to 0 on the stream first */
-  size_t zero_n[2];                /* (their bytes; 0: none) */
+  uintptr_t zero;                  /* a launch: a range set to 0 on the stream first */
+  size_t zero_n;                   /* (its bytes; 0: none) */
   CuSpan before, after;            /* a launch: a copy enqueued first, and one after it */
 } CuWork;
 
@@ -74,9 +74,8 @@ static int cuda_run_spin(const CuEntries *e, const CuWork *w, void *stream, doub
   int rc = e->set_ctx(e->ctx);
   if (rc == 0 && w->launch)
     rc = cuda_span(&w->before, stream);
-  for (int i = 0; i < 2 && rc == 0 && w->launch; i++)
-    if (w->zero_n[i])
-      rc = e->memset ? e->memset(w->zero[i], 0, w->zero_n[i], stream) : 1;
+  if (rc == 0 && w->launch && w->zero_n)
+    rc = e->memset ? e->memset(w->zero, 0, w->zero_n, stream) : 1;
   if (rc == 0)
     rc = w->launch ? e->launch(w->fn, w->grid, 1, 1, w->block, 1, 1, w->shared, stream,
                                w->params, NULL)

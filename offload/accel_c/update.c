@@ -86,8 +86,8 @@ static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
 }
 
 /* on_stream, and with `scratch` (a launch's per-stream scratch, see launch_now) the taken
- * stream's launch environment written into the kernel's first argument and it and its
- * reduction buffer set to 0 on the stream before the launch; with `m` (a section made for
+ * stream's launch environment written into the kernel's first argument and its counters
+ * set to 0 on the stream before the launch; with `m` (a section made for
  * the launch, section.c) its bytes sent through the stream's bounce buffer before the
  * launch (TO) and brought back into m->back after it (FROM). */
 static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch,
@@ -108,15 +108,8 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
   CuWork run = *w;
   if (scratch) {                               /* this stream's own: no other user now */
     *scratch->first = scratch->env[s];
-    run.zero[0] = scratch->env[s];
-    run.zero_n[0] = 8;                         /* ReductionCnt, ReductionIterCnt */
-    run.zero[1] = scratch->buffer[s];
-    run.zero_n[1] = scratch->bytes;
-    if (scratch->buffer[s] + scratch->bytes == scratch->env[s]) {   /* one block: one fill */
-      run.zero[0] = scratch->buffer[s];
-      run.zero_n[0] = scratch->bytes + 8;
-      run.zero_n[1] = 0;
-    }
+    run.zero = scratch->env[s];
+    run.zero_n = 8;                            /* ReductionCnt, ReductionIterCnt */
   }
   unsigned char *bounce = (unsigned char *)c->bounce[s];
   if (m && (m->t & 1)) {
@@ -177,7 +170,7 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
   if (!cuda_alive(a) || !pinned_via(a, p, n))
     return 0;
   CuWork w = {0, (cu_copy_t)(to_device ? c->h2d : c->d2h), to_device ? tgt : p,
-              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL, {0, 0}, {0, 0}, {0}, {0}};
+              to_device ? p : tgt, (size_t)n, NULL, 0, 0, 0, NULL, 0, 0, {0}, {0}};
   PyObject *what = to_device ? s_h2d_name : s_d2h_name;
   int done = on_stream(a, &w, what);
   if (done <= 0)
@@ -190,7 +183,7 @@ static int copy_now(Accel *a, int to_device, uintptr_t tgt, uintptr_t p, Py_ssiz
  * CUDADevice._launch_impl's one-call path: 1 done, 0 not here (nothing done), -1 an
  * exception. With `scratch` (not None: a ReductionScratch (environments, buffers, bytes),
  * one of each per copier stream) the first argument is the taken stream's environment,
- * set to 0 with its buffer before the launch (an OpenMP kernel that reduces). With `m`, a
+ * its counters set to 0 before the launch (an OpenMP kernel that reduces). With `m`, a
  * section made for the launch is copied around it (on_stream_with). */
 static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scratch, Made *m) {
   Copier *c = &a->copier;
@@ -235,7 +228,7 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scrat
   if (PyObject_SetAttr(R(a, DRV), s_last_kernel, name) < 0)
     return -1;
   CuWork w = {1, NULL, 0, 0, 0, (void *)fn, grid, block, shared, count ? param : NULL,
-              {0, 0}, {0, 0}, {0}, {0}};
+              0, 0, {0}, {0}};
   return on_stream_with(a, &w, what, with, m);
 }
 

@@ -204,10 +204,12 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
                        blocks: int) -> tuple[int, tuple[int, int, int] | None]:
     """A KernelLaunchEnvironmentTy {u32 ReductionCnt, u32 ReductionIterCnt, void *Buffer}
     on the device (argument 0) and what to give back after the launch (give_back): for a
-    kernel that reduces, one with a zeroed reduction buffer of its own for this launch
-    (kept by the device for the next launch of that size: LLVM 19 allocates both anew,
-    offload writes them anew); for any other, one zeroed environment per device, made
-    once (nothing writes it), and nothing to give back."""
+    kernel that reduces, one with a reduction buffer of its own for this launch and its
+    counters 0 (kept by the device for the next launch of that size: LLVM 19 allocates
+    both anew and writes the environment, leaving the buffer as allocated, since the
+    device runtime's first teams copy their values into it before any team reads it);
+    for any other, one zeroed environment per device, made once (nothing writes it),
+    and nothing to give back."""
     st = _state(dev)
     if not env.reduction_data_size:
         if st.launch_env is not None:
@@ -227,7 +229,6 @@ def launch_environment(dev: CUDADevice, env: KernelEnvironment,
         pair = _new_scratch(dev, n)
     token = (n, *pair)
     try:
-        dev.plugin.data_fill(dev.id, pair[1], 0, n)
         _point(dev, *pair)
     except BaseException:
         give_back(dev, token)
@@ -328,8 +329,7 @@ def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
 
 def _new_scratch(dev: CUDADevice, n: int) -> tuple[int, int]:
     """(environment, buffer): one device block holding a reduction buffer of `n` bytes
-    (a multiple of 8: _reduction_bytes) with a launch environment's 16 bytes right after
-    it, so that one fill sets the buffer and the environment's counters to 0."""
+    (a multiple of 8: _reduction_bytes) with a launch environment's 16 bytes after it."""
     buffer = dev.alloc(n + 16, AllocKind.DEVICE)
     return buffer + n, buffer
 

@@ -25,8 +25,8 @@ class ReductionScratch(NamedTuple):
     """What a launch of a clang OpenMP kernel that reduces needs on the device, one of
     each per stream of the device's copier (a stream runs one launch at a time): a launch
     environment {ReductionCnt, ReductionIterCnt, ReductionBuffer} pointing at its buffer;
-    the core sets both to 0 on the stream before the launch, in one fill where the
-    environment starts right after the buffer's `bytes`."""
+    the core sets the counters to 0 on the stream before the launch (the buffer, as
+    LLVM 19 leaves it, needs no setting)."""
 
     environments: tuple[int, ...]
     buffers: tuple[int, ...]

@@ -7,7 +7,7 @@
 int offload_copy_wait(void *set_ctx, void *ctx, void *copy, uintptr_t dst, uintptr_t src,
                       size_t size, void *query, void *stream, double spin) {
   CuEntries e = {(set_ctx_t)set_ctx, ctx, NULL, (query_t)query, NULL};
-  CuWork w = {0, (cu_copy_t)copy, dst, src, size, NULL, 0, 0, 0, NULL, {0, 0}, {0, 0}, {0}, {0}};
+  CuWork w = {0, (cu_copy_t)copy, dst, src, size, NULL, 0, 0, 0, NULL, 0, 0, {0}, {0}};
   return cuda_run_spin(&e, &w, stream, spin);
 }
 
@@ -16,7 +16,7 @@ int offload_launch_wait(void *set_ctx, void *ctx, void *launch, void *fn, unsign
                         unsigned block, unsigned shared, void *stream, void **params,
                         void *query, double spin) {
   CuEntries e = {(set_ctx_t)set_ctx, ctx, (cu_launch_t)launch, (query_t)query, NULL};
-  CuWork w = {1, NULL, 0, 0, 0, fn, grid, block, shared, params, {0, 0}, {0, 0}, {0}, {0}};
+  CuWork w = {1, NULL, 0, 0, 0, fn, grid, block, shared, params, 0, 0, {0}, {0}};
   return cuda_run_spin(&e, &w, stream, spin);
 }
 

@@ -123,21 +123,18 @@ def test_bad_geometry_values_are_named_in_python(monkeypatch, name, value):
 
 class ScratchDevice:
     """What launch_environment and give_back use of a CUDA device, recorded: device
-    memory as numbered blocks, fills and writes as (address, bytes)."""
+    memory as numbered blocks, writes as (address, bytes)."""
 
-    def __init__(self, fail_fill=False, allocs_left=None):
+    def __init__(self, fail_write=False, allocs_left=None):
         self.id, self.next, self.live, self.done = 0, 0x1000, set(), []
-        self.fail_fill = fail_fill
+        self.fail_write = fail_write
         self.allocs_left = allocs_left          # then allocations run out (None: never)
         dev = self
 
         class Plugin:
-            def data_fill(self, d, addr, value, n):
-                if dev.fail_fill:
-                    raise OffloadError(omp.ErrorCode.BACKEND_FAILURE, "fill failed")
-                dev.done.append(("fill", addr, n))
-
             def data_submit(self, d, addr, host, n):
+                if dev.fail_write:
+                    raise OffloadError(omp.ErrorCode.BACKEND_FAILURE, "write failed")
                 dev.done.append(("write", addr, ctypes.string_at(host, n)))
         self.plugin = Plugin()
 
@@ -154,18 +151,18 @@ class ScratchDevice:
         self.live.remove(addr)
 
 
-def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch():
-    """LLVM 19 allocates a reducing kernel's launch environment and buffer per launch;
-    offload keeps them for the next launch of that size, zeroing the buffer and writing
-    ReductionCnt = ReductionIterCnt = 0 each time; two launches at once get two pairs;
-    beyond _SCRATCH_KEPT of a size they are freed; a failed fill gives its pair back."""
+def test_a_reduction_gets_a_fresh_environment_every_launch():
+    """LLVM 19 allocates a reducing kernel's launch environment and buffer per launch,
+    writes the environment and leaves the buffer as allocated; offload keeps both, in one
+    block, for the next launch of that size, writing ReductionCnt = ReductionIterCnt = 0
+    and the buffer's address each time (no fill); two launches at once get two pairs;
+    beyond _SCRATCH_KEPT of a size they are freed; a failed write gives its pair back."""
     dev = ScratchDevice()
     red = env(omp.EXEC_SPMD, red=8)
     addr, token = omp.launch_environment(dev, red, 4)
     assert token == (8, addr, token[2]) and dev.live == {token[2]}   # one block
     assert addr == token[2] + 8                                      # the buffer, then it
-    assert dev.done == [("fill", token[2], 8),
-                        ("write", addr, struct.pack("<IIQ", 0, 0, token[2]))]
+    assert dev.done == [("write", addr, struct.pack("<IIQ", 0, 0, token[2]))]
     second, other = omp.launch_environment(dev, red, 4)         # while the first runs
     assert second != addr and len(dev.live) == 2
     omp.give_back(dev, token)
@@ -173,15 +170,14 @@ def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch()
     dev.done.clear()
     again, token = omp.launch_environment(dev, red, 4)          # a kept pair, rewritten
     assert again in (addr, second) and len(dev.live) == 2
-    assert dev.done == [("fill", token[2], 8),
-                        ("write", again, struct.pack("<IIQ", 0, 0, token[2]))]
+    assert dev.done == [("write", again, struct.pack("<IIQ", 0, 0, token[2]))]
     omp.give_back(dev, token)
     tokens = [omp.launch_environment(dev, red, 4)[1] for _ in range(omp._SCRATCH_KEPT + 2)]
     for t in tokens:
         omp.give_back(dev, t)
     assert len(dev.live) == omp._SCRATCH_KEPT                    # the rest freed
-    dev.fail_fill = True
-    with pytest.raises(OffloadError, match="fill failed"):
+    dev.fail_write = True
+    with pytest.raises(OffloadError, match="write failed"):
         omp.launch_environment(dev, red, 4)
     assert len(dev.live) == omp._SCRATCH_KEPT                    # its pair kept, not lost
     plain, nothing = omp.launch_environment(ScratchDevice(), env(omp.EXEC_SPMD), 4)
@@ -190,8 +186,7 @@ def test_a_reduction_gets_a_zeroed_buffer_and_a_fresh_environment_every_launch()
 
 def test_the_cores_reduction_scratch_is_one_pair_per_stream_made_once():
     """launch_plan's ReductionScratch: for each copier stream an environment pointing at
-    its own buffer (counters 0), right after it in one block (one fill zeroes both), made
-    once per buffer size; running out of memory part way leaves nothing allocated, and
+    its own buffer (counters 0), right after it in one block, made once per buffer size; running out of memory part way leaves nothing allocated, and
     the next call makes it whole."""
     dev = ScratchDevice()
     got = omp._stream_scratch(dev, 64)
