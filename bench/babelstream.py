@@ -88,6 +88,9 @@ def main() -> None:
     p.add_argument("--build", nargs=2, metavar=("BABELSTREAM_SRC", "DIR"))
     p.add_argument("--size", type=int, default=1 << 25, help="elements per array (2^25)")
     p.add_argument("--times", type=int, default=100)
+    p.add_argument("--teams", type=int, default=0,
+                   help="also run with OMP_NUM_TEAMS=N (the standard cap on teams; e.g. one "
+                        "wave of resident blocks: SMs x 16 for clang's 128-thread kernels)")
     args = p.parse_args()
     if args.build:
         build(*args.build)
@@ -106,8 +109,11 @@ def main() -> None:
     flat = run(os.path.join(d, "omp-stream"), args.size, args.times,
                dict(omp_env, LIBOMPTARGET_REUSE_BLOCKS_FOR_HIGH_TRIP_COUNT="false"))
     one = run(os.path.join(d, "cuda-stream-1"), args.size, args.times, base)
+    capped = run(os.path.join(d, "omp-stream"), args.size, args.times,
+                 dict(omp_env, OMP_NUM_TEAMS=str(args.teams))) if args.teams else None
     rows = [(k, f"{cuda[k]:.0f}", f"{llvm[k]:.0f}", f"{llvm[k] / cuda[k]:.2f}x",
-             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x")
+             f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x",
+             *((f"{capped[k]:.0f}", f"{capped[k] / cuda[k]:.2f}x") if capped else ()))
             for k in KERNELS]
     small = 1024
     c_us = run(os.path.join(d, "cuda-stream"), small, 200, base, "min_runtime")
@@ -117,7 +123,8 @@ def main() -> None:
     print(f"offload bench/babelstream.py: {args.size} doubles per array, best of "
           f"{args.times}; host {machine()}")
     print(table(rows, ("kernel", "CUDA MB/s", "OpenMP on offload, LLVM 19 grid", "ratio",
-                       "one thread per element", "ratio", "CUDA unroll 1 ratio")))
+                       "one thread per element", "ratio", "CUDA unroll 1 ratio",
+                       *((f"OMP_NUM_TEAMS={args.teams}", "ratio") if capped else ()))))
     print(f"\none construct at {small} doubles (best of 200), us")
     print(table(costs, ("kernel", "CUDA launch+wait", "OpenMP construct on offload",
                         "ratio (goal <= 2x)")))
@@ -125,7 +132,9 @@ def main() -> None:
                "BabelStream on one H200: OpenMP (clang-19) on offload vs CUDA", KERNELS,
                {"CUDA": [cuda[k] for k in KERNELS],
                 "OpenMP, LLVM 19 grid": [llvm[k] for k in KERNELS],
-                "OpenMP, one thread per element": [flat[k] for k in KERNELS]}, "MB/s"))
+                "OpenMP, one thread per element": [flat[k] for k in KERNELS],
+                **({f"OpenMP, OMP_NUM_TEAMS={args.teams}": [capped[k] for k in KERNELS]}
+                   if capped else {})}, "MB/s"))
 
 
 if __name__ == "__main__":
