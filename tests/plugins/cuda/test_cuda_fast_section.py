@@ -29,7 +29,7 @@ class Setup:
     """A host table copying and launching through the stand-in driver `d`, with a bounce
     buffer per stream; an array mapped on it (the region's present part)."""
 
-    def __init__(self, accel_table, monkeypatch, d, poll=None):
+    def __init__(self, accel_table, monkeypatch, d, poll=None, bounce=None):
         from offload.plugins.host import HostDevice
         self.d, self.polls, self.checks, self.kept = d, [], [], []
         self.bounces = [np.zeros(LIMIT, np.uint8) for _ in STREAMS]
@@ -46,12 +46,12 @@ class Setup:
 
         def addr(fn):
             return int(ffi.cast("uintptr_t", fn))
-        bounce = (tuple(b.ctypes.data for b in self.bounces), LIMIT)
+        given = (tuple(b.ctypes.data for b in self.bounces), LIMIT)
         monkeypatch.setattr(HostDevice, "accel_copier", lambda dev: CudaCopier(
             "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
             1e-3, STREAMS, tuple(f"stream{i}" for i in range(len(STREAMS))),
             poll or default_poll, check, _Dead(), dev.id, 0, addr(f["launch"]),
-            addr(f["memset"]), lambda: bounce))
+            addr(f["memset"]), bounce or (lambda: given)))
         accel_table(OFFLOAD_ACCEL=1)
         self.dev = offload.runtime.current().device(0)
         self.table, self.g = self.dev.table, self.dev.generic
@@ -220,3 +220,115 @@ def test_threads_reducing_into_their_own_scalars_each_get_every_update(accel_tab
     assert not errors and [s[0] for s in sums] == [200.0] * 4
     st.only_the_array_left()
     assert st.g.stats["from staged ops"] > 0               # the core made some of them
+
+
+def _scratch_for(st):
+    """A ReductionScratch of host arrays (environment after its buffer, one per stream)."""
+    from offload.plugins.accel_specs import ReductionScratch
+    st.blocks = [np.zeros(64 + 16, np.uint8) for _ in STREAMS]
+    return ReductionScratch(tuple(b.ctypes.data + 64 for b in st.blocks),
+                            tuple(b.ctypes.data for b in st.blocks), 64)
+
+
+@pytest.mark.parametrize("step, setting, code", [
+    ("make the context current", "ctx_rc", 201), ("send the section", "op_rc", 1),
+    ("zero the counters", "memset_rc", 2), ("wait", "done_rc", 700)])
+def test_a_failure_at_any_step_leaves_nothing_behind(accel_table, monkeypatch, step, setting,
+                                                     code):
+    """The driver failing at each step of the one pass (with a reduction's scratch, so
+    every step runs): the error names the launch and its code, nothing is copied back,
+    nothing stays in the table or marked, the block is freed the waiting way (queued work
+    may still use it), the stream goes back; the next region runs, and its block goes
+    back to the pool without a wait (its work is done)."""
+    from offload.plugins.host import HostDevice
+    waits = []
+    monkeypatch.setattr(HostDevice, "_before_reuse_impl", lambda dev: waits.append(1))
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    block = st.pool_block()
+    waits.clear()
+    scratch = _scratch_for(st)
+    s = np.array([3.0])
+    live = st.g.live_allocations()
+    d.kernel = _add_to_the_scalar(1.0)
+    setattr(d, setting, code)
+    with pytest.raises(offload.OffloadError, match=f"failed: {code}"):
+        st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch)
+    assert s[0] == 3.0, step
+    st.only_the_array_left()
+    assert st.g.live_allocations() == live and st.g.pool._free[8] == [block]
+    assert waits == [1]
+    setattr(d, setting, 0)
+    d.calls.clear()
+    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
+    assert d.calls[1][-1] == 0x51 and s[0] == 4.0 and waits == [1]
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), offload.OffloadError(
+    offload.ErrorCode.OUT_OF_RESOURCES, "no pinned memory")], ids=["ctrl-c", "error"])
+def test_a_bounce_that_cannot_be_had_leaves_sections_to_python(accel_table, monkeypatch, exc):
+    """The copier's bounce raising an Exception (no pinned memory): the core maps no
+    section, now or later (present_map's tuple, for Python to map); raising Ctrl-C: it
+    propagates, nothing done, and the bounce is asked for again next time."""
+    asked = []
+
+    def bounce():
+        asked.append(exc)
+        raise exc
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d, bounce=bounce)
+    st.pool_block()
+    s = np.array([1.0])
+    for _ in range(2):
+        if isinstance(exc, KeyboardInterrupt):
+            with pytest.raises(KeyboardInterrupt):
+                st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0)
+        else:
+            assert type(st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0)) is tuple
+        st.only_the_array_left()
+    assert len(asked) == (2 if isinstance(exc, KeyboardInterrupt) else 1) and d.calls == []
+
+
+def test_a_section_listed_twice_goes_to_the_general_rules(accel_table, monkeypatch):
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    block = st.pool_block()
+    s = np.array([1.0])
+    p = s.ctypes.data
+    rows = [(ctypes.c_void_p * 2)(p, p), (ctypes.c_void_p * 2)(p, p),
+            (ctypes.c_int64 * 2)(8, 8), (ctypes.c_int64 * 2)(0x23, 0x23)]
+    arrays = (2, *(ctypes.addressof(r) for r in rows), 0)
+    assert st.table.steps.launch_present_map(*arrays, SPEC, 0) is None
+    assert d.calls == [] and len(st.table) == 1 and st.g.pool._free[8] == [block]
+
+
+def test_who_maps_the_section_meanwhile_waits_for_the_region_and_finds_its_result(
+        accel_table, monkeypatch):
+    """Another thread mapping the scalar while the region runs (its entry made, its
+    `ready` held) waits until the region ends, then maps it anew from the host value the
+    region copied back."""
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    st.pool_block()
+    s = np.array([1.0])
+    item = [MapItem(s.ctypes.data, 8, MapType.TO)]
+    seen = []
+
+    def other():
+        st.table.target_data_begin(item)
+        tgt = offload.omp_get_mapped_ptr(s, 0)
+        seen.append(ctypes.c_double.from_address(tgt).value)
+    thread = threading.Thread(target=other)
+    add = _add_to_the_scalar(5.0)
+
+    def kernel(params):
+        thread.start()
+        thread.join(0.2)                       # it waits: the region still holds it
+        seen.append(thread.is_alive())
+        add(params)
+    d.kernel = kernel
+    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0) is True
+    thread.join(10)
+    assert seen == [True, 6.0] and s[0] == 6.0
+    st.table.target_data_end([MapItem(s.ctypes.data, 8, MapType.FROM)])
+    st.only_the_array_left()
