@@ -289,10 +289,14 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
   PyObject *absent;
-  Made m = {section_limit(a), NULL, 0, 0, 0, 0, NULL};
-  if (m.limit < 0)
-    return NULL;
+  Made m = {section_limit(a, 0), NULL, 0, 0, 0, 0, NULL};
   int got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
+  if (got == 2 && !a->copier.bounce_bytes) {    /* the first section: the bounce asked for */
+    Py_DECREF(absent);
+    if ((m.limit = section_limit(a, 1)) < 0)
+      return NULL;
+    got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
+  }
   if (got == 2)
     return absent;
   if (got <= 0)

@@ -18,13 +18,13 @@ typedef struct {
 
 enum { SECTION_RAN, SECTION_UNUSED, SECTION_FAILED };
 
-/* The copier's bounce buffers, asked for the first time (BOUNCE_PY() -> (one address per
- * stream, bytes each); ((), 0): none). Their bytes; 0 when there are none (nothing to
- * ask, or asking failed: the Python path maps sections), -1 with an exception that is not
- * an Exception (Ctrl-C: asked again next time). */
-static Py_ssize_t bounce_bytes(Accel *a) {
+/* The copier's bounce buffers' bytes, asked for the first time when `ask` (BOUNCE_PY() ->
+ * (one address per stream, bytes each); ((), 0): none). 0 when there are none (not asked
+ * for yet, nothing to ask, or asking failed: the Python path maps sections), -1 with an
+ * exception that is not an Exception (Ctrl-C: asked again next time). */
+static Py_ssize_t bounce_bytes(Accel *a, int ask) {
   Copier *c = &a->copier;
-  if (c->bounce_bytes)
+  if (c->bounce_bytes || !ask)
     return c->bounce_bytes > 0 ? c->bounce_bytes : 0;
   c->bounce_bytes = -1;
   if (c->kind != COPY_CUDA || !R(a, BOUNCE_PY))
@@ -50,11 +50,11 @@ static Py_ssize_t bounce_bytes(Accel *a) {
   return c->bounce_bytes > 0 ? c->bounce_bytes : 0;
 }
 
-/* What a region may map here at most (Made.limit): the bounce's bytes when nothing is
- * pinned on the plugin (a mapping would take a pin reference: the Python path), else 0;
- * -1 with bounce_bytes's exception. */
-static Py_ssize_t section_limit(Accel *a) {
-  Py_ssize_t bytes = bounce_bytes(a);
+/* What a region may map here at most (Made.limit): the bounce's bytes (`ask`: asked for
+ * now if never yet) when nothing is pinned on the plugin (a mapping would take a pin
+ * reference: the Python path), else 0; -1 with bounce_bytes's exception. */
+static Py_ssize_t section_limit(Accel *a, int ask) {
+  Py_ssize_t bytes = bounce_bytes(a, ask);
   if (bytes <= 0)
     return bytes;
   PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);

@@ -332,3 +332,30 @@ def test_who_maps_the_section_meanwhile_waits_for_the_region_and_finds_its_resul
     assert seen == [True, 6.0] and s[0] == 6.0
     st.table.target_data_end([MapItem(s.ctypes.data, 8, MapType.FROM)])
     st.only_the_array_left()
+
+
+def test_the_bounce_is_asked_for_once_and_only_when_a_section_first_needs_it(accel_table,
+                                                                           monkeypatch):
+    """Regions on mapped data alone never allocate the bounce buffers (4 MiB of pinned
+    memory on CUDA); the first region with a section asks for them, once."""
+    asked = []
+    bounces = np.zeros(2 * LIMIT, np.uint8)
+
+    def bounce():
+        asked.append(1)
+        return (bounces.ctypes.data, bounces.ctypes.data + LIMIT), LIMIT
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d, bounce=bounce)
+    st.pool_block()
+    p = st.a.ctypes.data
+    rows = [(ctypes.c_void_p * 1)(p), (ctypes.c_void_p * 1)(p), (ctypes.c_int64 * 1)(0),
+            (ctypes.c_int64 * 1)(PARAM)]
+    present = (1, *(ctypes.addressof(r) for r in rows), 0)
+    two = SPEC._replace(sizes=(8, 8))                     # the environment, the array
+    for _ in range(3):
+        assert st.table.steps.launch_present_map(*present, two, 0) is True
+    assert asked == []
+    s = np.array([1.0])
+    for _ in range(3):
+        assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0) is True
+    assert asked == [1] and st.g.stats["from staged ops"] == 3
