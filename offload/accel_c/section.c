@@ -75,24 +75,18 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
     return 0;
   PyObject *no = PyLong_FromLongLong(n), *addr = NULL;
   PyObject *po = PyLong_FromUnsignedLongLong((unsigned long long)p);
-  PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
   PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
   PyObject *got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
   unsigned char *back = (t & 2) ? PyMem_Malloc((size_t)n) : NULL;
   uintptr_t tgt = 0;
   int took = 0;
-  if (no && po && end && got && (back || !(t & 2)) && try_device_lock(a)) {
+  if (no && po && got && (back || !(t & 2)) && try_device_lock(a)) {
     took = pool_take(a, no, (Py_ssize_t)n, &tgt, &addr);
     give_device_lock(a);
   }
   Py_XDECREF(got);
-  PyObject *e = took == 1 ? EntryType.tp_alloc(&EntryType, 0) : NULL;
-  if (e) {
-    entry_fill(e, po, end, addr, Py_None, Py_None, Py_True);
-    put(e, READY, Py_NewRef(ready), NULL);
-    if (entry_reference(e, 0) < 0 || entry_mark(e) < 0 || core_insert(a->core, e) < 0)
-      Py_CLEAR(e);
-  }
+  PyObject *e = took == 1 ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1)
+                          : NULL;
   if (took == 1 && !e && try_device_lock(a)) {     /* the block back where it was */
     Py_ssize_t size;
     PyObject *blocks;
@@ -100,7 +94,7 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
       pool_give(a, addr, size, blocks);
     give_device_lock(a);
   }
-  Py_XDECREF(no); Py_XDECREF(po); Py_XDECREF(end); Py_XDECREF(addr); Py_XDECREF(ready);
+  Py_XDECREF(no); Py_XDECREF(po); Py_XDECREF(addr); Py_XDECREF(ready);
   PyErr_Clear();
   if (!e) {
     PyMem_Free(back);

@@ -32,6 +32,30 @@ static int pool_take(Accel *a, PyObject *no, Py_ssize_t n, uintptr_t *tgt, PyObj
   return 1;
 }
 
+/* (Table lock held.) A new entry for [p, p+n) (`po`: p as an int) whose device memory is
+ * `addr`, owned, as HostDataToTarget(p, n, addr, None, owner) with one dynamic reference
+ * (marked in use once when `mark`), its `ready` lock `ready` (None: made), put in the
+ * table: the entry (a new reference), or NULL with an exception and nothing put in. */
+static PyObject *insert_entry(Accel *a, PyObject *po, uintptr_t p, Py_ssize_t n,
+                              PyObject *addr, PyObject *owner, PyObject *ready, int mark) {
+  PyObject *ent = EntryType.tp_alloc(&EntryType, 0);
+  PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
+  if (!ent || !end) {
+    Py_XDECREF(ent);
+    Py_XDECREF(end);
+    return NULL;
+  }
+  entry_fill(ent, po, end, addr, Py_None, owner, Py_True);
+  Py_DECREF(end);
+  put(ent, READY, Py_NewRef(ready), NULL);
+  if (entry_reference(ent, 0) < 0 || (mark && entry_mark(ent) < 0) ||
+      core_insert(a->core, ent) < 0) {
+    Py_DECREF(ent);
+    return NULL;
+  }
+  return ent;
+}
+
 /* begin_single_range(p, n, t, owner, read_only=False, busy=None), as MappingTable.begin_single_range. */
 static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
                              PyObject *kwnames) {
@@ -109,23 +133,11 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   } else {
     Py_INCREF(ready);
   }
-  PyObject *ent = EntryType.tp_alloc(&EntryType, 0);
-  PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
-  if (!ent || !end) {
+  PyObject *ent = insert_entry(a, po, p, n, addr, owner, ready, busy != Py_None);
+  if (!ent || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
+    if (ent)
+      core_remove(core, ent);
     Py_XDECREF(ent);
-    Py_XDECREF(end);
-    Py_DECREF(addr);
-    Py_DECREF(ready);
-    goto done;
-  }
-  entry_fill(ent, po, end, addr, Py_None, owner, Py_True);
-  Py_DECREF(end);
-  Py_INCREF(ready);
-  put(ent, READY, ready, NULL);
-  if (entry_reference(ent, 0) < 0 || (busy != Py_None && entry_mark(ent) < 0) ||
-      core_insert(core, ent) < 0 || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
-    core_remove(core, ent);
-    Py_DECREF(ent);
     Py_DECREF(addr);
     Py_DECREF(ready);
     goto done;
