@@ -1,19 +1,17 @@
 """The CUDA plugin's one-call copy/launch-and-wait helper (offload/plugins/_cuda_fast.py)
 and the accelerator's CUDA copier and launcher (offload/accel_c), driven through stand-in
-driver functions (cffi callbacks), so they run without a GPU. The GPU suites (test_cuda.py,
-test_cuda_faults.py, test_single_range_paths.py) exercise them on the real driver."""
+driver functions (the test double tests/fakes/cuda_driver.py), so they run without a GPU.
+The GPU suites (test_cuda.py, test_cuda_faults.py, test_single_range_paths.py) exercise
+them on the real driver."""
 import contextlib
 
-import cffi
 import numpy as np
 import pytest
 
 import offload
 from offload.plugins import _cuda_fast
 from offload.plugins.accel_specs import CudaCopier, LaunchSpec
-
-NOT_READY = 600
-ffi = cffi.FFI()
+from tests.fakes.cuda_driver import NOT_READY, Dead, Driver, ffi
 
 
 @pytest.fixture(scope="module")
@@ -22,68 +20,6 @@ def helper():
     if lib is None:
         pytest.skip("no C compiler to build the helper with")
     return lib
-
-
-class Driver:
-    """Stand-ins for cuCtxSetCurrent, a cuMemcpy*Async, cuStreamQuery, cuLaunchKernel and
-    cuMemsetD8Async, recording their calls; the stream completes after `busy_polls`
-    queries. A launch calls `kernel(params)`, when set, as the device would run it."""
-
-    def __init__(self, busy_polls=0, ctx_rc=0, op_rc=0, done_rc=0):
-        self.calls = []
-        self.kernel = None
-        self.busy_polls, self.ctx_rc, self.op_rc, self.done_rc = busy_polls, ctx_rc, op_rc, done_rc
-
-        @ffi.callback("int(void *)")
-        def set_ctx(ctx):
-            self.calls.append(("ctx", int(ffi.cast("uintptr_t", ctx))))
-            return self.ctx_rc
-
-        @ffi.callback("int(uintptr_t, uintptr_t, size_t, void *)")
-        def copy(dst, src, size, stream):
-            self.calls.append(("copy", dst, src, size, int(ffi.cast("uintptr_t", stream))))
-            if self.op_rc == 0:
-                ffi.memmove(ffi.cast("void *", dst), ffi.cast("void *", src), size)
-            return self.op_rc
-
-        @ffi.callback("int(void *)")
-        def query(stream):
-            self.calls.append(("query",))
-            if self.busy_polls < 0:
-                return NOT_READY                    # never finishes
-            if self.busy_polls:
-                self.busy_polls -= 1
-                return NOT_READY
-            return self.done_rc
-
-        @ffi.callback("int(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,"
-                      " unsigned, void *, void **, void **)")
-        def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-            self.calls.append(("launch", int(ffi.cast("uintptr_t", fn)), gx, gy, gz, bx, by, bz,
-                               shared, int(ffi.cast("uintptr_t", stream)),
-                               ffi.cast("unsigned long long *", params[0])[0],
-                               extra == ffi.NULL))
-            if self.kernel is not None and self.op_rc == 0:
-                self.kernel(params)
-            return self.op_rc
-
-        @ffi.callback("int(uintptr_t, unsigned char, size_t, void *)")
-        def memset(dst, value, size, stream):
-            self.calls.append(("memset", dst, value, size, int(ffi.cast("uintptr_t", stream))))
-            if self.memset_rc == 0:
-                ffi.memmove(ffi.cast("void *", dst), bytes([value]) * size, size)
-            return self.memset_rc
-
-        self.memset_rc = 0
-        self.fns = {n: ffi.cast("void *", f) for n, f in
-                    (("ctx", set_ctx), ("copy", copy), ("query", query), ("launch", launch),
-                     ("memset", memset))}
-        self._keep = (set_ctx, copy, query, launch, memset)
-
-    def copy_wait(self, helper, dst, src, size, spin=1.0):
-        f = self.fns
-        return helper.offload_copy_wait(f["ctx"], ffi.cast("void *", 0xC7), f["copy"], dst, src,
-                                        size, f["query"], ffi.cast("void *", 0x57), spin)
 
 
 def test_copy_then_wait_until_the_stream_is_done(helper):
@@ -143,11 +79,6 @@ def test_the_wait_policys_spin_queries_until_done_or_its_time_is_up(helper):
 
 
 # ---- the accelerator's CUDA copier (offload/accel_c), on a host table ----------------
-class _Dead:
-    """CUDADriver's `dead` flag (None while the context lives)."""
-    dead = None
-
-
 def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
     """Make host tables built from now on copy updates through the accelerator's CUDA
     copier, with `d`'s stand-in driver functions."""
@@ -168,7 +99,7 @@ def _cuda_copier(monkeypatch, d, polls, checks, streams=(0x51, 0x52)):
     monkeypatch.setattr(HostDevice, "accel_copier", lambda self: CudaCopier(
         "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
         1e-3, tuple(streams), tuple(f"stream{i}" for i in range(len(streams))), poll, check,
-        _Dead(), self.id, 0, addr(f["launch"]), addr(f["memset"])))
+        Dead(), self.id, 0, addr(f["launch"]), addr(f["memset"])))
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The accelerator's launch of an OpenMP kernel that reduces (launch_present_map with a
 ReductionScratch: one launch environment and reduction buffer per copier stream), driven
-through the stand-in driver of test_cuda_fast.py on a host table, so it runs without a GPU:
+through the stand-in driver (tests/fakes/cuda_driver.py) on a host table, so it runs without a GPU:
 the taken stream's environment is the kernel's first argument, and its counters are set to
 0 on that stream before the launch (LLVM 19 writes a fresh environment for every launch and
 leaves its fresh buffer as allocated: the device runtime's first teams copy into it)."""
@@ -13,7 +13,8 @@ import pytest
 import offload
 from offload.clauses import MapItem, MapType
 from offload.plugins.accel_specs import LaunchSpec, ReductionScratch
-from tests.plugins.cuda.test_cuda_fast import Driver, _start, accel_table  # noqa: F401
+from tests.fakes.cuda_driver import Driver
+from tests.plugins.cuda.test_cuda_fast import _start, accel_table  # noqa: F401
 
 SPEC = LaunchSpec(0xF00, 32, 32, 0, (8, 8), "dot", "cuLaunchKernel(dot)")
 PARAM = 0x20                       # TARGET_PARAM

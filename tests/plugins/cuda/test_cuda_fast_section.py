@@ -4,7 +4,7 @@ core in one pass (launch_present_map; accel_c/section.c): the section's entry ma
 pooled block, its bytes sent through the taken stream's pinned bounce buffer before the
 launch and brought back after it, one wait, then the entry gone, its bytes copied back and
 the block back on the pool, as Region.single_range's map and unmap leave them. Driven
-through the stand-in driver of test_cuda_fast.py on a host table, so it runs without a GPU
+through the stand-in driver (tests/fakes/cuda_driver.py) on a host table, so it runs without a GPU
 (tests/capi/test_capi_gpu.py runs it on one)."""
 import ctypes
 import threading
@@ -17,7 +17,8 @@ from offload.capi import kernels
 from offload.clauses import MapItem, MapType
 from offload.plugins.accel_specs import CudaCopier, LaunchSpec, OmpLaunchPlan
 from offload.plugins.memory_pool import AllocKind
-from tests.plugins.cuda.test_cuda_fast import Driver, _Dead, accel_table, ffi  # noqa: F401
+from tests.fakes.cuda_driver import Dead, Driver, ffi
+from tests.plugins.cuda.test_cuda_fast import accel_table  # noqa: F401
 
 SPEC = LaunchSpec(0xF00, 32, 32, 0, (8, 8, 8), "dot", "cuLaunchKernel(dot)")
 PARAM, TO, FROM = 0x20, 0x1, 0x2
@@ -50,7 +51,7 @@ class Setup:
         monkeypatch.setattr(HostDevice, "accel_copier", lambda dev: CudaCopier(
             "cuda", addr(f["ctx"]), 0xC7, addr(f["copy"]), addr(f["copy"]), addr(f["query"]),
             1e-3, STREAMS, tuple(f"stream{i}" for i in range(len(STREAMS))),
-            poll or default_poll, check, _Dead(), dev.id, 0, addr(f["launch"]),
+            poll or default_poll, check, Dead(), dev.id, 0, addr(f["launch"]),
             addr(f["memset"]), bounce or (lambda: given)))
         accel_table(OFFLOAD_ACCEL=1)
         self.dev = offload.runtime.current().device(0)
