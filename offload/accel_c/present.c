@@ -288,20 +288,26 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   }
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
-  PyObject *absent;
-  Made m = {section_limit(a, 0), NULL, 0, 0, 0, 0, NULL};
+  PyObject *absent, *scratch = nargs == 9 ? args[8] : NULL;
+  Made m = {section_limit(a, 0), NULL, 0, 0, 0, 0, NULL, -1, 0, 0, 0};
+  take_area(a, scratch, &m);
   int got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
   if (got == 2 && !a->copier.bounce_bytes) {    /* the first section: the bounce asked for */
     Py_DECREF(absent);
+    give_area(a, &m);
     if ((m.limit = section_limit(a, 1)) < 0)
       return NULL;
+    take_area(a, scratch, &m);
     got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
   }
+  if (!m.entry)
+    give_area(a, &m);
   if (got == 2)
     return absent;
   if (got <= 0)
     return got < 0 ? NULL : Py_NewRef(Py_None);
-  int ran = launch_now(a, args[6], kargs, nargs == 9 ? args[8] : NULL, m.entry ? &m : NULL);
+  int ran = launch_now(a, args[6], kargs, scratch, m.entry ? &m : NULL);
+  give_area(a, &m);                   /* when the launch did not come to use its stream */
   if (m.entry && finish_section(a, &m, ran > 0 ? SECTION_RAN : ran == 0 ? SECTION_UNUSED
                                                                         : SECTION_FAILED) < 0)
     ran = -1;

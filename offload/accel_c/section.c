@@ -14,9 +14,15 @@ typedef struct {
   Py_ssize_t n;
   long t;                         /* its TO (1) and FROM (2) bits */
   unsigned char *back;            /* FROM: where its bytes come back (n of them) */
+  int stream;                     /* a copier stream taken for it first (-1: none) */
+  uintptr_t env, buffer, area;    /* that stream's launch environment, its buffer, and the
+                                     device area after it the section takes (0: a pooled
+                                     block instead) */
 } Made;
 
 enum { SECTION_RAN, SECTION_UNUSED, SECTION_FAILED };
+
+static int make_in_area(Accel *a, uintptr_t p, int64_t n, uint64_t t, Made *m, uintptr_t *dev);
 
 /* The copier's bounce buffers' bytes, asked for the first time when `ask` (BOUNCE_PY() ->
  * (one address per stream, bytes each); ((), 0): none). 0 when there are none (not asked
@@ -73,6 +79,8 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
                         uintptr_t *dev) {
   if (m->entry || base != p || n <= 0 || n > m->limit || (t & ~0x23ULL))
     return 0;
+  if (m->area)
+    return make_in_area(a, p, n, t, m, dev);
   PyObject *no = PyLong_FromLongLong(n), *addr = NULL;
   PyObject *po = PyLong_FromUnsignedLongLong((unsigned long long)p);
   PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
@@ -85,8 +93,9 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
     give_device_lock(a);
   }
   Py_XDECREF(got);
-  PyObject *e = took == 1 ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1)
-                          : NULL;
+  PyObject *e = took == 1
+                    ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1, Py_True)
+                    : NULL;
   if (took == 1 && !e && try_device_lock(a)) {     /* the block back where it was */
     Py_ssize_t size;
     PyObject *blocks;
@@ -100,8 +109,40 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
     PyMem_Free(back);
     return 0;
   }
-  *m = (Made){m->limit, e, p, tgt, (Py_ssize_t)n, (long)(t & 3), back};
+  m->entry = e;
+  m->host = p;
+  m->tgt = tgt;
+  m->n = (Py_ssize_t)n;
+  m->t = (long)(t & 3);
+  m->back = back;
   *dev = tgt;
+  return 1;
+}
+
+/* make_section's entry in the taken stream's area (m->area), which the entry does not own:
+ * no pool, nothing to free after. */
+static int make_in_area(Accel *a, uintptr_t p, int64_t n, uint64_t t, Made *m, uintptr_t *dev) {
+  PyObject *po = PyLong_FromUnsignedLongLong((unsigned long long)p);
+  PyObject *addr = PyLong_FromUnsignedLongLong((unsigned long long)m->area);
+  PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
+  PyObject *got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
+  unsigned char *back = (t & 2) ? PyMem_Malloc((size_t)n) : NULL;
+  PyObject *e = po && addr && got && (back || !(t & 2))
+                    ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1, Py_False)
+                    : NULL;
+  Py_XDECREF(got); Py_XDECREF(po); Py_XDECREF(addr); Py_XDECREF(ready);
+  PyErr_Clear();
+  if (!e) {
+    PyMem_Free(back);
+    return 0;
+  }
+  m->entry = e;
+  m->host = p;
+  m->tgt = m->area;
+  m->n = (Py_ssize_t)n;
+  m->t = (long)(t & 3);
+  m->back = back;
+  *dev = m->area;
   return 1;
 }
 
@@ -127,6 +168,14 @@ static int finish_section(Accel *a, Made *m, int how) {
       bad = add_staged(a, 0, m->n) < 0 || bad;
     }
   }
+  int owned = F(f, OWNED) == Py_True;
+  if (!last && !owned) {         /* never: nothing finds it while its `ready` is held */
+    last = 1;
+    if (!bad)
+      PyErr_SetString(PyExc_RuntimeError, "offload accelerator: a section's entry in a "
+                      "stream's area was referenced while its region ran (taken out)");
+    bad = 1;
+  }
   put(f, READY, Py_NewRef(Py_None), &was);
   Py_XDECREF(was);
   if (last) {
@@ -136,7 +185,9 @@ static int finish_section(Accel *a, Made *m, int how) {
   }
   bad = core_wake(a->core) < 0 || bad;
   give_table_lock(a);
-  if (last && how != SECTION_FAILED) {
+  if (!owned) {
+    ;                                            /* the stream's area: nothing to free */
+  } else if (last && how != SECTION_FAILED) {
     bad = release_entry(a, f) < 0 || bad;
   } else if (last) {
     PyObject *call[2] = {R(a, TABLE), f};

@@ -33,11 +33,12 @@ static int pool_take(Accel *a, PyObject *no, Py_ssize_t n, uintptr_t *tgt, PyObj
 }
 
 /* (Table lock held.) A new entry for [p, p+n) (`po`: p as an int) whose device memory is
- * `addr`, owned, as HostDataToTarget(p, n, addr, None, owner) with one dynamic reference
+ * `addr`, as HostDataToTarget(p, n, addr, None, owner, owned) with one dynamic reference
  * (marked in use once when `mark`), its `ready` lock `ready` (None: made), put in the
  * table: the entry (a new reference), or NULL with an exception and nothing put in. */
 static PyObject *insert_entry(Accel *a, PyObject *po, uintptr_t p, Py_ssize_t n,
-                              PyObject *addr, PyObject *owner, PyObject *ready, int mark) {
+                              PyObject *addr, PyObject *owner, PyObject *ready, int mark,
+                              PyObject *owned) {
   PyObject *ent = EntryType.tp_alloc(&EntryType, 0);
   PyObject *end = PyLong_FromUnsignedLongLong((unsigned long long)(p + (uintptr_t)n));
   if (!ent || !end) {
@@ -45,7 +46,7 @@ static PyObject *insert_entry(Accel *a, PyObject *po, uintptr_t p, Py_ssize_t n,
     Py_XDECREF(end);
     return NULL;
   }
-  entry_fill(ent, po, end, addr, Py_None, owner, Py_True);
+  entry_fill(ent, po, end, addr, Py_None, owner, owned);
   Py_DECREF(end);
   put(ent, READY, Py_NewRef(ready), NULL);
   if (entry_reference(ent, 0) < 0 || (mark && entry_mark(ent) < 0) ||
@@ -133,7 +134,7 @@ static PyObject *Accel_begin(Accel *a, PyObject *const *args, size_t nargsf,
   } else {
     Py_INCREF(ready);
   }
-  PyObject *ent = insert_entry(a, po, p, n, addr, owner, ready, busy != Py_None);
+  PyObject *ent = insert_entry(a, po, p, n, addr, owner, ready, busy != Py_None, Py_True);
   if (!ent || (busy != Py_None && PyList_Append(busy, ent) < 0)) {
     if (ent)
       core_remove(core, ent);

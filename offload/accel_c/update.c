@@ -6,12 +6,15 @@
 typedef struct {
   uintptr_t env[MAX_STREAMS], buffer[MAX_STREAMS];
   size_t bytes;
+  size_t section;                 /* bytes of the area after each environment's 16, where a
+                                     region's section goes (0: none) */
   uint64_t *first;
 } Scratch;
 
 static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch,
                           Made *m);
 static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc);
+static int free_stream(const Copier *c);
 
 /* The device-accessible address of [p, p+n) when one pinned entry of the plugin holds it
  * for this device (not being pinned or unpinned, not crossing the pin_split grid):
@@ -93,12 +96,9 @@ static int on_stream(Accel *a, const CuWork *w, PyObject *what) {
 static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scratch *scratch,
                           Made *m) {
   Copier *c = &a->copier;
-  int s = -1;
-  for (int i = 0; i < c->nstreams; i++)
-    if (!c->taken[i]) {
-      s = i;
-      break;
-    }
+  int s = m && m->stream >= 0 ? m->stream : free_stream(c);
+  if (m)
+    m->stream = -1;                            /* handled here from now on */
   if (s < 0)
     return 0;
   c->taken[s] = 1;                             /* under the GIL: ours alone */
@@ -112,7 +112,16 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
     run.zero_n = 8;                            /* ReductionCnt, ReductionIterCnt */
   }
   unsigned char *bounce = (unsigned char *)c->bounce[s];
-  if (m && (m->t & 1)) {
+  if (m && m->area) {        /* one send: the counters 0, the buffer's address, the bytes */
+    uint64_t head[2] = {0, (uint64_t)m->buffer};
+    memcpy(bounce, head, 16);
+    if (m->t & 1)
+      memcpy(bounce + 16, (const void *)m->host, (size_t)m->n);
+    run.zero_n = 0;
+    run.before = (CuSpan){(cu_copy_t)c->h2d, m->env, (uintptr_t)bounce,
+                          16 + ((m->t & 1) ? (size_t)m->n : 0)};
+    bounce += 16;
+  } else if (m && (m->t & 1)) {
     memcpy(bounce, (const void *)m->host, (size_t)m->n);
     run.before = (CuSpan){(cu_copy_t)c->h2d, m->tgt, (uintptr_t)bounce, (size_t)m->n};
   }
@@ -232,13 +241,50 @@ static int launch_now(Accel *a, PyObject *spec, PyObject *kargs, PyObject *scrat
   return on_stream_with(a, &w, what, with, m);
 }
 
-/* A ReductionScratch (environments, buffers, bytes) with one of each for every stream of
- * the copier, read into *sc: 1, else 0 (error cleared). */
+/* The first stream of the copier no launch or copy has taken, or -1. */
+static int free_stream(const Copier *c) {
+  for (int i = 0; i < c->nstreams; i++)
+    if (!c->taken[i])
+      return i;
+  return -1;
+}
+
+/* For a region of a kernel that reduces (`scratch`, a ReductionScratch with an area after
+ * each environment): a free stream taken now, so that a section made for the region takes
+ * that stream's area (m->area) and is sent with the counters in one copy; m->limit cut to
+ * the area. Nothing (m->stream -1) when the scratch has no area or no stream is free. */
+static void take_area(Accel *a, PyObject *scratch, Made *m) {
+  Copier *c = &a->copier;
+  Scratch sc;
+  int s = free_stream(c);
+  if (m->limit <= 16 || !scratch || scratch == Py_None || s < 0 ||
+      !read_scratch(c, scratch, &sc) || !sc.section)
+    return;
+  c->taken[s] = 1;
+  m->stream = s;
+  m->env = sc.env[s];
+  m->buffer = sc.buffer[s];
+  m->area = sc.env[s] + 16;
+  m->limit -= 16;                              /* the bounce holds the environment first */
+  if ((size_t)m->limit > sc.section)
+    m->limit = (Py_ssize_t)sc.section;
+}
+
+/* The stream take_area took, given back when no launch used it. */
+static void give_area(Accel *a, Made *m) {
+  if (m->stream >= 0)
+    a->copier.taken[m->stream] = 0;
+  m->stream = -1;
+  m->area = 0;
+}
+
+/* A ReductionScratch (environments, buffers, bytes[, section]) with one of each for every
+ * stream of the copier, read into *sc: 1, else 0 (error cleared). */
 static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc) {
   PyObject *envs, *bufs;
-  unsigned long long bytes;
-  if (!c->memset || !PyArg_ParseTuple(scratch, "O!O!K", &PyTuple_Type, &envs, &PyTuple_Type,
-                                      &bufs, &bytes) ||
+  unsigned long long bytes, section = 0;
+  if (!c->memset || !PyArg_ParseTuple(scratch, "O!O!K|K", &PyTuple_Type, &envs, &PyTuple_Type,
+                                      &bufs, &bytes, &section) ||
       PyTuple_GET_SIZE(envs) < c->nstreams || PyTuple_GET_SIZE(bufs) < c->nstreams) {
     PyErr_Clear();
     return 0;
@@ -252,6 +298,7 @@ static int read_scratch(const Copier *c, PyObject *scratch, Scratch *sc) {
     }
   }
   sc->bytes = (size_t)bytes;
+  sc->section = (size_t)section;
   return 1;
 }
 

@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import ErrorCode, OffloadError
 from . import launch_geometry
 from ._cuda_driver import ffi
-from .accel_specs import COPIER_STREAMS, OmpLaunchPlan, ReductionScratch
+from .accel_specs import BOUNCE_BYTES, COPIER_STREAMS, OmpLaunchPlan, ReductionScratch
 from .common import AllocKind
 from .launch_geometry import EXEC_GENERIC, EXEC_GENERIC_SPMD, EXEC_SPMD, GridValues
 
@@ -306,7 +306,8 @@ def _reduction_bytes(env: KernelEnvironment) -> int:
 
 def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
     """The device's ReductionScratch for buffers of `n` bytes (launch_plan's), made once:
-    an environment pointing at its own buffer for each copier stream."""
+    an environment pointing at its own buffer for each copier stream, with BOUNCE_BYTES
+    after it for a region's section."""
     st = _state(dev)
     found = st.stream_scratch.get(n)
     if found is not None:
@@ -314,12 +315,13 @@ def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
     made: list[tuple[int, int]] = []
     try:                                   # made outside the lock (driver calls)
         for _ in range(COPIER_STREAMS):
-            made.append(_new_scratch(dev, n))
+            made.append(_new_scratch(dev, n, BOUNCE_BYTES))
             _point(dev, *made[-1])
     except BaseException:
         _free_scratch(dev, made)
         raise
-    mine = ReductionScratch(tuple(e for e, _ in made), tuple(b for _, b in made), n)
+    mine = ReductionScratch(tuple(e for e, _ in made), tuple(b for _, b in made), n,
+                            BOUNCE_BYTES)
     with _lock:
         found = st.stream_scratch.setdefault(n, mine)
     if found is not mine:                  # another thread's came first
@@ -327,10 +329,11 @@ def _stream_scratch(dev: CUDADevice, n: int) -> ReductionScratch:
     return found
 
 
-def _new_scratch(dev: CUDADevice, n: int) -> tuple[int, int]:
+def _new_scratch(dev: CUDADevice, n: int, area: int = 0) -> tuple[int, int]:
     """(environment, buffer): one device block holding a reduction buffer of `n` bytes
-    (a multiple of 8: _reduction_bytes) with a launch environment's 16 bytes after it."""
-    buffer = dev.alloc(n + 16, AllocKind.DEVICE)
+    (a multiple of 8: _reduction_bytes) with a launch environment's 16 bytes after it,
+    then `area` bytes more (ReductionScratch.section)."""
+    buffer = dev.alloc(n + 16 + area, AllocKind.DEVICE)
     return buffer + n, buffer
 
 

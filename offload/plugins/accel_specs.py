@@ -26,11 +26,14 @@ class ReductionScratch(NamedTuple):
     each per stream of the device's copier (a stream runs one launch at a time): a launch
     environment {ReductionCnt, ReductionIterCnt, ReductionBuffer} pointing at its buffer;
     the core sets the counters to 0 on the stream before the launch (the buffer, as
-    LLVM 19 leaves it, needs no setting)."""
+    LLVM 19 leaves it, needs no setting). With `section` bytes of device memory right
+    after each environment, a region's small section mapped nowhere goes there, sent with
+    the counters in one copy (accel_c/section.c)."""
 
     environments: tuple[int, ...]
     buffers: tuple[int, ...]
     bytes: int                      # of each buffer
+    section: int = 0                # bytes after each environment's 16 (0: none)
 
 
 class OmpLaunchPlan(NamedTuple):

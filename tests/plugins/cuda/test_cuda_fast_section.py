@@ -360,3 +360,113 @@ def test_the_bounce_is_asked_for_once_and_only_when_a_section_first_needs_it(acc
     for _ in range(3):
         assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0) is True
     assert asked == [1] and st.g.stats["from staged ops"] == 3
+
+
+AREA = 32                                          # each stand-in stream's section area
+
+
+def _scratch_with_area(st):
+    """A ReductionScratch whose stand-in blocks (buffer, environment, then AREA bytes, one
+    per stream) give a section room after each environment."""
+    from offload.plugins.accel_specs import ReductionScratch
+    st.blocks = [np.full(64 + 16 + AREA, 0xAB, np.uint8) for _ in STREAMS]
+    return ReductionScratch(tuple(b.ctypes.data + 64 for b in st.blocks),
+                            tuple(b.ctypes.data for b in st.blocks), 64, AREA)
+
+
+def test_a_reducing_regions_section_goes_after_the_streams_environment_in_one_send(
+        accel_table, monkeypatch):
+    """With room after the taken stream's launch environment, the section goes there: one
+    send writes the counters (0), the buffer's address and the section's bytes; no memset,
+    no pooled block, nothing to free after; the bytes come back from there."""
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    scratch = _scratch_with_area(st)
+    s = np.array([1.5])
+    live, hits = st.g.live_allocations(), st.g.stats["pool hits"]
+    d.kernel = _add_to_the_scalar(5.0)
+    env, bounce = scratch.environments[0], st.bounces[0].ctypes.data
+    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
+    assert d.calls[:4] == [("ctx", 0xC7), ("copy", env, bounce, 24, 0x51),
+                           ("launch", 0xF00, 32, 1, 1, 32, 1, 1, 0, 0x51, env, True),
+                           ("copy", bounce + 16, env + 16, 8, 0x51)]
+    assert d.calls[4:] == [("query",)] and not st.checks
+    block = st.blocks[0]
+    assert not block[64:72].any()                                       # the counters
+    assert int.from_bytes(block[72:80].tobytes(), "little") == scratch.buffers[0]
+    assert (block[:64] == 0xAB).all() and (st.blocks[1] == 0xAB).all()  # as they were
+    assert s[0] == 6.5
+    st.only_the_array_left()
+    assert st.g.live_allocations() == live and st.g.stats["pool hits"] == hits
+    assert st.g.stats["from staged"] == st.g.stats["to staged"] == 8
+
+
+@pytest.mark.parametrize("setting, code", [("ctx_rc", 201), ("op_rc", 1), ("done_rc", 700)])
+def test_a_failure_in_the_streams_area_leaves_nothing_behind(accel_table, monkeypatch,
+                                                             setting, code):
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    scratch = _scratch_with_area(st)
+    s = np.array([3.0])
+    live = st.g.live_allocations()
+    d.kernel = _add_to_the_scalar(1.0)
+    setattr(d, setting, code)
+    with pytest.raises(offload.OffloadError, match=f"failed: {code}"):
+        st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch)
+    assert s[0] == 3.0 and st.g.live_allocations() == live
+    st.only_the_array_left()
+    setattr(d, setting, 0)
+    d.calls.clear()
+    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
+    assert d.calls[1][-1] == 0x51 and s[0] == 4.0
+
+
+def test_an_interrupted_wait_in_the_streams_area_keeps_that_stream_out(accel_table,
+                                                                       monkeypatch):
+    def poll(stream):
+        raise KeyboardInterrupt
+    d = Driver(busy_polls=-1)
+    st = Setup(accel_table, monkeypatch, d, poll=poll)
+    scratch = _scratch_with_area(st)
+    s = np.array([3.0])
+    with pytest.raises(KeyboardInterrupt):
+        st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch)
+    assert s[0] == 3.0
+    st.only_the_array_left()
+    d.busy_polls, d.calls[:] = 0, []
+    d.kernel = _add_to_the_scalar(1.0)
+    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
+    assert d.calls[1] == ("copy", scratch.environments[1], st.bounces[1].ctypes.data, 24, 0x52)
+    assert s[0] == 4.0
+
+
+def test_threads_reducing_through_the_streams_areas_each_get_every_update(accel_table,
+                                                                        monkeypatch):
+    """Four threads on two streams: a region finds a stream's area, or (both taken) a
+    pooled block, or maps its section in Python; every sum right, nothing left."""
+    d = Driver()
+    st = Setup(accel_table, monkeypatch, d)
+    st.pool_block()
+    scratch = _scratch_with_area(st)
+    d.kernel = _add_to_the_scalar(1.0)
+    plan = OmpLaunchPlan(SPEC, 0, scratch)
+
+    def launch(kargs):
+        ctypes.c_double.from_address(kargs[1]).value += 1.0
+        return True
+    sums, errors = [np.zeros(1) for _ in range(4)], []
+
+    def work(s):
+        try:
+            rows = Setup.arrays(st, s)
+            for _ in range(200):
+                assert kernels._present(st.dev, rows, plan, launch) is True
+        except BaseException as exc:                       # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(s,)) for s in sums]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and [s[0] for s in sums] == [200.0] * 4
+    st.only_the_array_left()

@@ -191,6 +191,7 @@ def test_the_cores_reduction_scratch_is_one_pair_per_stream_made_once():
     dev = ScratchDevice()
     got = omp._stream_scratch(dev, 64)
     assert len(got.environments) == len(got.buffers) == omp.COPIER_STREAMS and got.bytes == 64
+    assert got.section == omp.BOUNCE_BYTES                       # a section's room after
     assert dev.live == set(got.buffers)
     assert [e - b for e, b in zip(got.environments, got.buffers, strict=True)] == \
         [64] * omp.COPIER_STREAMS
