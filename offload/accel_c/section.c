@@ -22,7 +22,6 @@ typedef struct {
 
 enum { SECTION_RAN, SECTION_UNUSED, SECTION_FAILED };
 
-static int make_in_area(Accel *a, uintptr_t p, int64_t n, uint64_t t, Made *m, uintptr_t *dev);
 
 /* The copier's bounce buffers' bytes, asked for the first time when `ask` (BOUNCE_PY() ->
  * (one address per stream, bytes each); ((), 0): none). 0 when there are none (not asked
@@ -72,31 +71,34 @@ static Py_ssize_t section_limit(Accel *a, int ask) {
 
 /* (Table lock held.) The entry of the list's section [p, p+n) (base `base`, map type t),
  * which shares no byte with any mapping: made when single_section's rule takes it (from
- * its base, no bits but TO, FROM and TARGET_PARAM) and it fits m->limit, from a pooled
- * block of n bytes (none: not made), referenced and marked in use, its `ready` lock held:
- * 1 with *dev its device address; 0 with nothing changed (errors cleared). */
+ * its base, no bits but TO, FROM and TARGET_PARAM) and it fits m->limit, in the taken
+ * stream's area (m->area: the entry does not own it) or else a pooled block of n bytes
+ * (none: not made), referenced and marked in use, its `ready` lock held: 1 with *dev its
+ * device address; 0 with nothing changed (errors cleared). */
 static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64_t t, Made *m,
                         uintptr_t *dev) {
   if (m->entry || base != p || n <= 0 || n > m->limit || (t & ~0x23ULL))
     return 0;
-  if (m->area)
-    return make_in_area(a, p, n, t, m, dev);
   PyObject *no = PyLong_FromLongLong(n), *addr = NULL;
   PyObject *po = PyLong_FromUnsignedLongLong((unsigned long long)p);
   PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
   PyObject *got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
   unsigned char *back = (t & 2) ? PyMem_Malloc((size_t)n) : NULL;
-  uintptr_t tgt = 0;
-  int took = 0;
-  if (no && po && got && (back || !(t & 2)) && try_device_lock(a)) {
-    took = pool_take(a, no, (Py_ssize_t)n, &tgt, &addr);
-    give_device_lock(a);
+  uintptr_t tgt = m->area;
+  int pooled = 0;
+  if (no && po && got && (back || !(t & 2))) {
+    if (m->area) {
+      addr = PyLong_FromUnsignedLongLong((unsigned long long)tgt);
+    } else if (try_device_lock(a)) {
+      pooled = pool_take(a, no, (Py_ssize_t)n, &tgt, &addr) == 1;
+      give_device_lock(a);
+    }
   }
   Py_XDECREF(got);
-  PyObject *e = took == 1
-                    ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1, Py_True)
-                    : NULL;
-  if (took == 1 && !e && try_device_lock(a)) {     /* the block back where it was */
+  PyObject *e = addr ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1,
+                                    pooled ? Py_True : Py_False)
+                     : NULL;
+  if (pooled && !e && try_device_lock(a)) {        /* the block back where it was */
     Py_ssize_t size;
     PyObject *blocks;
     if (pool_takes(a, addr, &size, &blocks) == 1)
@@ -111,38 +113,10 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
   }
   m->entry = e;
   m->host = p;
-  m->tgt = tgt;
+  m->tgt = *dev = tgt;
   m->n = (Py_ssize_t)n;
   m->t = (long)(t & 3);
   m->back = back;
-  *dev = tgt;
-  return 1;
-}
-
-/* make_section's entry in the taken stream's area (m->area), which the entry does not own:
- * no pool, nothing to free after. */
-static int make_in_area(Accel *a, uintptr_t p, int64_t n, uint64_t t, Made *m, uintptr_t *dev) {
-  PyObject *po = PyLong_FromUnsignedLongLong((unsigned long long)p);
-  PyObject *addr = PyLong_FromUnsignedLongLong((unsigned long long)m->area);
-  PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
-  PyObject *got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
-  unsigned char *back = (t & 2) ? PyMem_Malloc((size_t)n) : NULL;
-  PyObject *e = po && addr && got && (back || !(t & 2))
-                    ? insert_entry(a, po, p, (Py_ssize_t)n, addr, Py_None, ready, 1, Py_False)
-                    : NULL;
-  Py_XDECREF(got); Py_XDECREF(po); Py_XDECREF(addr); Py_XDECREF(ready);
-  PyErr_Clear();
-  if (!e) {
-    PyMem_Free(back);
-    return 0;
-  }
-  m->entry = e;
-  m->host = p;
-  m->tgt = m->area;
-  m->n = (Py_ssize_t)n;
-  m->t = (long)(t & 3);
-  m->back = back;
-  *dev = m->area;
   return 1;
 }
 

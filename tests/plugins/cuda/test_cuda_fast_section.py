@@ -190,16 +190,10 @@ def test_an_interrupted_wait_copies_nothing_back_and_keeps_the_stream_out(accel_
     assert d.calls[1][4] == 0x52 and s[0] == 4.0          # stream 0 stays out
 
 
-def test_threads_reducing_into_their_own_scalars_each_get_every_update(accel_table,
-                                                                     monkeypatch):
-    """Four threads, each its own scalar, 200 regions each through kernels._present (the
-    C ABI's way): two copier streams, so some regions find none free and map their
-    section in Python; every sum is right and the table holds only the array after."""
-    d = Driver()
-    st = Setup(accel_table, monkeypatch, d)
-    st.pool_block()
-    d.kernel = _add_to_the_scalar(1.0)
-    plan = OmpLaunchPlan(SPEC, 0)
+def reduce_from_four_threads(st, plan):
+    """Four threads, each its own scalar, 200 regions each through kernels._present (the C
+    ABI's way) on `plan`, the stand-in kernel adding 1: every sum right, nothing left."""
+    st.d.kernel = _add_to_the_scalar(1.0)
 
     def launch(kargs):                                     # the Python path's launch
         ctypes.c_double.from_address(kargs[1]).value += 1.0
@@ -220,27 +214,45 @@ def test_threads_reducing_into_their_own_scalars_each_get_every_update(accel_tab
         t.join()
     assert not errors and [s[0] for s in sums] == [200.0] * 4
     st.only_the_array_left()
+
+
+def test_threads_reducing_into_their_own_scalars_each_get_every_update(accel_table,
+                                                                     monkeypatch):
+    """Two copier streams for four threads: some regions find none free and map their
+    section in Python; the core makes the rest."""
+    st = Setup(accel_table, monkeypatch, Driver())
+    st.pool_block()
+    reduce_from_four_threads(st, OmpLaunchPlan(SPEC, 0))
     assert st.g.stats["from staged ops"] > 0               # the core made some of them
 
 
-def _scratch_for(st):
-    """A ReductionScratch of host arrays (environment after its buffer, one per stream)."""
+AREA = 32                                          # each stand-in stream's section area
+
+
+def _scratch_for(st, area=0):
+    """A ReductionScratch of host arrays standing in for device blocks, one per stream:
+    the buffer, the environment after it, then `area` bytes for a section."""
     from offload.plugins.accel_specs import ReductionScratch
-    st.blocks = [np.zeros(64 + 16, np.uint8) for _ in STREAMS]
+    st.blocks = [np.full(64 + 16 + area, 0xAB, np.uint8) for _ in STREAMS]
     return ReductionScratch(tuple(b.ctypes.data + 64 for b in st.blocks),
-                            tuple(b.ctypes.data for b in st.blocks), 64)
+                            tuple(b.ctypes.data for b in st.blocks), 64, area)
 
 
-@pytest.mark.parametrize("step, setting, code", [
-    ("make the context current", "ctx_rc", 201), ("send the section", "op_rc", 1),
-    ("zero the counters", "memset_rc", 2), ("wait", "done_rc", 700)])
-def test_a_failure_at_any_step_leaves_nothing_behind(accel_table, monkeypatch, step, setting,
-                                                     code):
+_STEPS = [("make the context current", "ctx_rc", 201), ("send the section", "op_rc", 1),
+          ("zero the counters", "memset_rc", 2), ("wait", "done_rc", 700)]
+
+
+@pytest.mark.parametrize("where, step, setting, code", [
+    (where, *step) for where in ("pool", "area") for step in _STEPS
+    if not (where == "area" and step[1] == "memset_rc")])     # (no memset there)
+def test_a_failure_at_any_step_leaves_nothing_behind(accel_table, monkeypatch, where, step,
+                                                     setting, code):
     """The driver failing at each step of the one pass (with a reduction's scratch, so
     every step runs): the error names the launch and its code, nothing is copied back,
-    nothing stays in the table or marked, the block is freed the waiting way (queued work
-    may still use it), the stream goes back; the next region runs, and its block goes
-    back to the pool without a wait (its work is done)."""
+    nothing stays in the table or marked, the stream goes back; a pooled block is freed
+    the waiting way (queued work may still use it), a stream's area frees nothing; the
+    next region runs, and its block goes back to the pool without a wait (its work is
+    done)."""
     from offload.plugins.host import HostDevice
     waits = []
     monkeypatch.setattr(HostDevice, "_before_reuse_impl", lambda dev: waits.append(1))
@@ -248,7 +260,7 @@ def test_a_failure_at_any_step_leaves_nothing_behind(accel_table, monkeypatch, s
     st = Setup(accel_table, monkeypatch, d)
     block = st.pool_block()
     waits.clear()
-    scratch = _scratch_for(st)
+    scratch = _scratch_for(st, AREA if where == "area" else 0)
     s = np.array([3.0])
     live = st.g.live_allocations()
     d.kernel = _add_to_the_scalar(1.0)
@@ -258,11 +270,11 @@ def test_a_failure_at_any_step_leaves_nothing_behind(accel_table, monkeypatch, s
     assert s[0] == 3.0, step
     st.only_the_array_left()
     assert st.g.live_allocations() == live and st.g.pool._free[8] == [block]
-    assert waits == [1]
+    assert waits == ([1] if where == "pool" else [])
     setattr(d, setting, 0)
     d.calls.clear()
     assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
-    assert d.calls[1][-1] == 0x51 and s[0] == 4.0 and waits == [1]
+    assert d.calls[1][-1] == 0x51 and s[0] == 4.0 and len(waits) <= 1
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), offload.OffloadError(
@@ -361,112 +373,3 @@ def test_the_bounce_is_asked_for_once_and_only_when_a_section_first_needs_it(acc
         assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0) is True
     assert asked == [1] and st.g.stats["from staged ops"] == 3
 
-
-AREA = 32                                          # each stand-in stream's section area
-
-
-def _scratch_with_area(st):
-    """A ReductionScratch whose stand-in blocks (buffer, environment, then AREA bytes, one
-    per stream) give a section room after each environment."""
-    from offload.plugins.accel_specs import ReductionScratch
-    st.blocks = [np.full(64 + 16 + AREA, 0xAB, np.uint8) for _ in STREAMS]
-    return ReductionScratch(tuple(b.ctypes.data + 64 for b in st.blocks),
-                            tuple(b.ctypes.data for b in st.blocks), 64, AREA)
-
-
-def test_a_reducing_regions_section_goes_after_the_streams_environment_in_one_send(
-        accel_table, monkeypatch):
-    """With room after the taken stream's launch environment, the section goes there: one
-    send writes the counters (0), the buffer's address and the section's bytes; no memset,
-    no pooled block, nothing to free after; the bytes come back from there."""
-    d = Driver()
-    st = Setup(accel_table, monkeypatch, d)
-    scratch = _scratch_with_area(st)
-    s = np.array([1.5])
-    live, hits = st.g.live_allocations(), st.g.stats["pool hits"]
-    d.kernel = _add_to_the_scalar(5.0)
-    env, bounce = scratch.environments[0], st.bounces[0].ctypes.data
-    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
-    assert d.calls[:4] == [("ctx", 0xC7), ("copy", env, bounce, 24, 0x51),
-                           ("launch", 0xF00, 32, 1, 1, 32, 1, 1, 0, 0x51, env, True),
-                           ("copy", bounce + 16, env + 16, 8, 0x51)]
-    assert d.calls[4:] == [("query",)] and not st.checks
-    block = st.blocks[0]
-    assert not block[64:72].any()                                       # the counters
-    assert int.from_bytes(block[72:80].tobytes(), "little") == scratch.buffers[0]
-    assert (block[:64] == 0xAB).all() and (st.blocks[1] == 0xAB).all()  # as they were
-    assert s[0] == 6.5
-    st.only_the_array_left()
-    assert st.g.live_allocations() == live and st.g.stats["pool hits"] == hits
-    assert st.g.stats["from staged"] == st.g.stats["to staged"] == 8
-
-
-@pytest.mark.parametrize("setting, code", [("ctx_rc", 201), ("op_rc", 1), ("done_rc", 700)])
-def test_a_failure_in_the_streams_area_leaves_nothing_behind(accel_table, monkeypatch,
-                                                             setting, code):
-    d = Driver()
-    st = Setup(accel_table, monkeypatch, d)
-    scratch = _scratch_with_area(st)
-    s = np.array([3.0])
-    live = st.g.live_allocations()
-    d.kernel = _add_to_the_scalar(1.0)
-    setattr(d, setting, code)
-    with pytest.raises(offload.OffloadError, match=f"failed: {code}"):
-        st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch)
-    assert s[0] == 3.0 and st.g.live_allocations() == live
-    st.only_the_array_left()
-    setattr(d, setting, 0)
-    d.calls.clear()
-    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
-    assert d.calls[1][-1] == 0x51 and s[0] == 4.0
-
-
-def test_an_interrupted_wait_in_the_streams_area_keeps_that_stream_out(accel_table,
-                                                                       monkeypatch):
-    def poll(stream):
-        raise KeyboardInterrupt
-    d = Driver(busy_polls=-1)
-    st = Setup(accel_table, monkeypatch, d, poll=poll)
-    scratch = _scratch_with_area(st)
-    s = np.array([3.0])
-    with pytest.raises(KeyboardInterrupt):
-        st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch)
-    assert s[0] == 3.0
-    st.only_the_array_left()
-    d.busy_polls, d.calls[:] = 0, []
-    d.kernel = _add_to_the_scalar(1.0)
-    assert st.table.steps.launch_present_map(*st.arrays(s), SPEC, 0, scratch) is True
-    assert d.calls[1] == ("copy", scratch.environments[1], st.bounces[1].ctypes.data, 24, 0x52)
-    assert s[0] == 4.0
-
-
-def test_threads_reducing_through_the_streams_areas_each_get_every_update(accel_table,
-                                                                        monkeypatch):
-    """Four threads on two streams: a region finds a stream's area, or (both taken) a
-    pooled block, or maps its section in Python; every sum right, nothing left."""
-    d = Driver()
-    st = Setup(accel_table, monkeypatch, d)
-    st.pool_block()
-    scratch = _scratch_with_area(st)
-    d.kernel = _add_to_the_scalar(1.0)
-    plan = OmpLaunchPlan(SPEC, 0, scratch)
-
-    def launch(kargs):
-        ctypes.c_double.from_address(kargs[1]).value += 1.0
-        return True
-    sums, errors = [np.zeros(1) for _ in range(4)], []
-
-    def work(s):
-        try:
-            rows = Setup.arrays(st, s)
-            for _ in range(200):
-                assert kernels._present(st.dev, rows, plan, launch) is True
-        except BaseException as exc:                       # noqa: BLE001 - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=work, args=(s,)) for s in sums]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and [s[0] for s in sums] == [200.0] * 4
-    st.only_the_array_left()
