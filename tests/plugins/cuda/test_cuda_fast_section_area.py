@@ -6,7 +6,6 @@ the one-pass path is in test_cuda_fast_section.py."""
 import numpy as np
 import pytest
 
-import offload
 from offload.plugins.accel_specs import OmpLaunchPlan
 from tests.fakes.cuda_driver import Driver
 from tests.plugins.cuda.test_cuda_fast import accel_table  # noqa: F401
