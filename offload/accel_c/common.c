@@ -158,21 +158,22 @@ static int attr_false(PyObject *o, PyObject *name) {
   return r == 0;
 }
 
+/* Whether nothing is pinned on the plugin (PinnedMap._starts empty): a copy has no pinned
+ * piece and a new mapping takes no pin reference. 0 on any doubt (error cleared). */
+static int nothing_pinned(Accel *a) {
+  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
+  int none = pinned && attr_false(pinned, s_starts);
+  Py_XDECREF(pinned);
+  PyErr_Clear();
+  return none;
+}
+
 /* Whether a copy of n bytes (to the device, or from it) is one memcpy now: nothing
  * pinned on the plugin (so no piece to split off, no pin to take for a mapping), and
  * not one the plugin stages. */
 static int memcpy_now(Accel *a, Py_ssize_t n, int to_device) {
   Py_ssize_t stage = a->stage[to_device ? 0 : 1];
-  if (stage >= 0 && n >= stage)
-    return 0;
-  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
-  if (!pinned) {
-    PyErr_Clear();
-    return 0;
-  }
-  int r = attr_false(pinned, s_starts);
-  Py_DECREF(pinned);
-  return r;
+  return (stage < 0 || n < stage) && nothing_pinned(a);
 }
 
 /* stats[key] += n (0, or -1 with an exception). */

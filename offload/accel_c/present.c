@@ -289,7 +289,7 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   if (a->copier.kind != COPY_CUDA)
     return Py_NewRef(Py_False);
   PyObject *absent, *scratch = nargs == 9 ? args[8] : NULL;
-  Made m = {section_limit(a, 0), NULL, 0, 0, 0, 0, NULL, -1, 0, 0, 0};
+  Made m = {section_limit(a, 0), NULL, 0, 0, 0, 0, NULL, -1, 0, 0};
   take_area(a, scratch, &m);
   int got = mark_map(a, args, args[7], &kargs, &marked, &absent, &m);
   if (got == 2 && !a->copier.bounce_bytes) {    /* the first section: the bounce asked for */

@@ -1,10 +1,12 @@
 /* Part of the accelerator (offload/accel_c/accel.c includes it): a C-ABI kernel region whose
  * map list has one plain section mapped nowhere (a reduction's scalar: BabelStream's Dot)
  * run in one pass on a copier stream (launch_present_map). The section's entry is made as
- * begin_single_range makes one, from a pooled block, with its `ready` lock held; its bytes
- * go through the stream's pinned bounce buffer, to the device before the launch and back
- * after it, with one spin for all; then, as end_single_range, the entry is taken out, its
- * bytes copied back and its block returned to the pool (the spin drained the stream). */
+ * begin_single_range makes one, with its `ready` lock held, in the stream's own area after
+ * its launch environment (a kernel that reduces: one send sets the counters and the
+ * section) or else a pooled block; its bytes go through the stream's pinned bounce buffer,
+ * to the device before the launch and back after it, with one spin for all; then, as
+ * end_single_range, the entry is taken out, its bytes copied back and a pooled block
+ * returned to the pool (the spin drained the stream). */
 
 /* A section made for one region (make_section), ended by finish_section. */
 typedef struct {
@@ -15,13 +17,12 @@ typedef struct {
   long t;                         /* its TO (1) and FROM (2) bits */
   unsigned char *back;            /* FROM: where its bytes come back (n of them) */
   int stream;                     /* a copier stream taken for it first (-1: none) */
-  uintptr_t env, buffer, area;    /* that stream's launch environment, its buffer, and the
-                                     device area after it the section takes (0: a pooled
-                                     block instead) */
+  uintptr_t env, buffer;          /* that stream's launch environment and its buffer: the
+                                     section goes in the area after the environment's 16
+                                     bytes (env 0: a pooled block instead) */
 } Made;
 
 enum { SECTION_RAN, SECTION_UNUSED, SECTION_FAILED };
-
 
 /* The copier's bounce buffers' bytes, asked for the first time when `ask` (BOUNCE_PY() ->
  * (one address per stream, bytes each); ((), 0): none). 0 when there are none (not asked
@@ -60,19 +61,13 @@ static Py_ssize_t bounce_bytes(Accel *a, int ask) {
  * reference: the Python path), else 0; -1 with bounce_bytes's exception. */
 static Py_ssize_t section_limit(Accel *a, int ask) {
   Py_ssize_t bytes = bounce_bytes(a, ask);
-  if (bytes <= 0)
-    return bytes;
-  PyObject *pinned = PyObject_GetAttr(R(a, PLUGIN), s_pinned);
-  int none = pinned && attr_false(pinned, s_starts);
-  Py_XDECREF(pinned);
-  PyErr_Clear();
-  return none ? bytes : 0;
+  return bytes <= 0 ? bytes : nothing_pinned(a) ? bytes : 0;
 }
 
 /* (Table lock held.) The entry of the list's section [p, p+n) (base `base`, map type t),
  * which shares no byte with any mapping: made when single_section's rule takes it (from
  * its base, no bits but TO, FROM and TARGET_PARAM) and it fits m->limit, in the taken
- * stream's area (m->area: the entry does not own it) or else a pooled block of n bytes
+ * stream's area (m->env: the entry does not own it) or else a pooled block of n bytes
  * (none: not made), referenced and marked in use, its `ready` lock held: 1 with *dev its
  * device address; 0 with nothing changed (errors cleared). */
 static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64_t t, Made *m,
@@ -84,10 +79,10 @@ static int make_section(Accel *a, uintptr_t base, uintptr_t p, int64_t n, uint64
   PyObject *ready = PyObject_CallNoArgs(R(a, NEW_LOCK));
   PyObject *got = ready ? PyObject_CallMethodNoArgs(ready, s_acquire) : NULL;
   unsigned char *back = (t & 2) ? PyMem_Malloc((size_t)n) : NULL;
-  uintptr_t tgt = m->area;
+  uintptr_t tgt = m->env ? m->env + 16 : 0;
   int pooled = 0;
   if (no && po && got && (back || !(t & 2))) {
-    if (m->area) {
+    if (m->env) {
       addr = PyLong_FromUnsignedLongLong((unsigned long long)tgt);
     } else if (try_device_lock(a)) {
       pooled = pool_take(a, no, (Py_ssize_t)n, &tgt, &addr) == 1;

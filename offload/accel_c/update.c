@@ -112,7 +112,7 @@ static int on_stream_with(Accel *a, const CuWork *w, PyObject *what, const Scrat
     run.zero_n = 8;                            /* ReductionCnt, ReductionIterCnt */
   }
   unsigned char *bounce = (unsigned char *)c->bounce[s];
-  if (m && m->area) {        /* one send: the counters 0, the buffer's address, the bytes */
+  if (m && m->env) {         /* one send: the counters 0, the buffer's address, the bytes */
     uint64_t head[2] = {0, (uint64_t)m->buffer};
     memcpy(bounce, head, 16);
     if (m->t & 1)
@@ -251,8 +251,9 @@ static int free_stream(const Copier *c) {
 
 /* For a region of a kernel that reduces (`scratch`, a ReductionScratch with an area after
  * each environment): a free stream taken now, so that a section made for the region takes
- * that stream's area (m->area) and is sent with the counters in one copy; m->limit cut to
- * the area. Nothing (m->stream -1) when the scratch has no area or no stream is free. */
+ * that stream's area (after m->env) and is sent with the counters in one copy; m->limit
+ * cut to the area. Nothing (m->stream -1) when the scratch has no area or no stream is
+ * free. */
 static void take_area(Accel *a, PyObject *scratch, Made *m) {
   Copier *c = &a->copier;
   Scratch sc;
@@ -264,7 +265,6 @@ static void take_area(Accel *a, PyObject *scratch, Made *m) {
   m->stream = s;
   m->env = sc.env[s];
   m->buffer = sc.buffer[s];
-  m->area = sc.env[s] + 16;
   m->limit -= 16;                              /* the bounce holds the environment first */
   if ((size_t)m->limit > sc.section)
     m->limit = (Py_ssize_t)sc.section;
@@ -275,7 +275,7 @@ static void give_area(Accel *a, Made *m) {
   if (m->stream >= 0)
     a->copier.taken[m->stream] = 0;
   m->stream = -1;
-  m->area = 0;
+  m->env = 0;
 }
 
 /* A ReductionScratch (environments, buffers, bytes[, section]) with one of each for every
