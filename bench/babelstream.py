@@ -16,7 +16,10 @@ wait.
 builds DIR/omp-stream and copies the sources to DIR/src. On the GPU machine:
 `python bench/babelstream.py DIR` (libomp.so.5 in DIR) builds DIR/cuda-stream there with
 nvcc when it is missing (its CUDA model needs NVML's header), then runs. Prints MB/s and
-ratios to CUDA; writes babelstream.png ($OUT or bench/).
+ratios to CUDA; writes babelstream.png ($OUT or bench/). `--llvm-lib LIBDIR` (LLVM 19's
+own libomptarget.so.19.1 and the libraries it needs, e.g. Debian's, whose CUDA plugin
+opens libcuda) also runs the same binary on LLVM 19's runtime: the bandwidth and the
+construct beside offload's.
 """
 from __future__ import annotations
 
@@ -91,6 +94,8 @@ def main() -> None:
     p.add_argument("--teams", type=int, default=0,
                    help="also run with OMP_NUM_TEAMS=N (the standard cap on teams; e.g. one "
                         "wave of resident blocks: SMs x 16 for clang's 128-thread kernels)")
+    p.add_argument("--llvm-lib", metavar="LIBDIR",
+                   help="also run on LLVM 19's own libomptarget from LIBDIR")
     args = p.parse_args()
     if args.build:
         build(*args.build)
@@ -111,30 +116,42 @@ def main() -> None:
     one = run(os.path.join(d, "cuda-stream-1"), args.size, args.times, base)
     capped = run(os.path.join(d, "omp-stream"), args.size, args.times,
                  dict(omp_env, OMP_NUM_TEAMS=str(args.teams))) if args.teams else None
+    theirs_env = dict(base, LD_LIBRARY_PATH=f"{os.path.abspath(args.llvm_lib)}:{d}") \
+        if args.llvm_lib else None
+    theirs = run(os.path.join(d, "omp-stream"), args.size, args.times, theirs_env) \
+        if theirs_env else None
     rows = [(k, f"{cuda[k]:.0f}", f"{llvm[k]:.0f}", f"{llvm[k] / cuda[k]:.2f}x",
              f"{flat[k]:.0f}", f"{flat[k] / cuda[k]:.2f}x", f"{one[k] / cuda[k]:.2f}x",
-             *((f"{capped[k]:.0f}", f"{capped[k] / cuda[k]:.2f}x") if capped else ()))
+             *((f"{capped[k]:.0f}", f"{capped[k] / cuda[k]:.2f}x") if capped else ()),
+             *((f"{theirs[k]:.0f}", f"{theirs[k] / cuda[k]:.2f}x") if theirs else ()))
             for k in KERNELS]
     small = 1024
     c_us = run(os.path.join(d, "cuda-stream"), small, 200, base, "min_runtime")
     o_us = run(os.path.join(d, "omp-stream"), small, 200, omp_env, "min_runtime")
-    costs = [(k, f"{c_us[k] * 1e6:.1f}", f"{o_us[k] * 1e6:.1f}", f"{o_us[k] / c_us[k]:.2f}x")
+    t_us = run(os.path.join(d, "omp-stream"), small, 200, theirs_env, "min_runtime") \
+        if theirs_env else None
+    costs = [(k, f"{c_us[k] * 1e6:.1f}", f"{o_us[k] * 1e6:.1f}", f"{o_us[k] / c_us[k]:.2f}x",
+              *((f"{t_us[k] * 1e6:.1f}", f"{t_us[k] / c_us[k]:.2f}x") if t_us else ()))
              for k in KERNELS]
     print(f"offload bench/babelstream.py: {args.size} doubles per array, best of "
           f"{args.times}; host {machine()}")
     print(table(rows, ("kernel", "CUDA MB/s", "OpenMP on offload, LLVM 19 grid", "ratio",
                        "one thread per element", "ratio", "CUDA unroll 1 ratio",
-                       *((f"OMP_NUM_TEAMS={args.teams}", "ratio") if capped else ()))))
+                       *((f"OMP_NUM_TEAMS={args.teams}", "ratio") if capped else ()),
+                       *(("OpenMP on LLVM 19's libomptarget", "ratio") if theirs else ()))))
     print(f"\none construct at {small} doubles (best of 200), us")
     print(table(costs, ("kernel", "CUDA launch+wait", "OpenMP construct on offload",
-                        "ratio (goal <= 2x)")))
+                        "ratio (goal <= 2x)",
+                        *(("on LLVM 19's libomptarget", "ratio") if t_us else ()))))
     print(plot(os.path.join(os.environ.get("OUT", HERE), "babelstream.png"),
                "BabelStream on one H200: OpenMP (clang-19) on offload vs CUDA", KERNELS,
                {"CUDA": [cuda[k] for k in KERNELS],
                 "OpenMP, LLVM 19 grid": [llvm[k] for k in KERNELS],
                 "OpenMP, one thread per element": [flat[k] for k in KERNELS],
                 **({f"OpenMP, OMP_NUM_TEAMS={args.teams}": [capped[k] for k in KERNELS]}
-                   if capped else {})}, "MB/s"))
+                   if capped else {}),
+                **({"OpenMP on LLVM 19's libomptarget": [theirs[k] for k in KERNELS]}
+                   if theirs else {})}, "MB/s"))
 
 
 if __name__ == "__main__":

@@ -153,14 +153,15 @@ def accelerate(table: Any, core: Any, dev: Any, kind: Any,
                ) -> Any:
     """The compiled core's `CompiledSteps` for `table` (begin_single_range,
     end_single_range, update_single_range, present, launch_present, release,
-    update_arrays, present_map, launch_present_map), whose state `core` (a compiled
-    TableCore) owns: a field is None where the Python method stays; None for all.
-    present/launch_present/release: a region on mapped data and release_busy for the
-    entries it marked (target.py); present_map and launch_present_map: the same for a
-    C-ABI kernel region's map arrays (capi/kernels.py); update_arrays: target_update of
-    one whole array (api.py). The C calls fall back to
-    `begin_py`, `end_py`, `update_py` (the Python methods) for what they do not take;
-    `release_py` frees an entry the pool does not take back after an unlocked copy.
+    update_arrays, present_map, launch_present_map, call_present_map), whose state
+    `core` (a compiled TableCore) owns: a field is None where the Python method stays;
+    None for all. present/launch_present/release: a region on mapped data and
+    release_busy for the entries it marked (target.py); present_map, launch_present_map
+    and call_present_map: the same for a C-ABI kernel region's map arrays
+    (capi/kernels.py); update_arrays: target_update of one whole array (api.py). The C
+    calls fall back to `begin_py`, `end_py`, `update_py` (the Python methods) for what
+    they do not take; `release_py` frees an entry the pool does not take back after an
+    unlocked copy.
     begin/end: on host memory, with synchronous copies and no pinning of mapped buffers;
     update: where the device gives a copier (GenericDevice.accel_copier). None with
     OFFLOAD_ACCEL=0 or without the extension."""
@@ -183,4 +184,4 @@ def accelerate(table: Any, core: Any, dev: Any, kind: Any,
         got.begin_single_range if plain else None, got.end_single_range if plain else None,
         got.update_single_range if copier is not None else None, got.present,
         got.launch_present, got.release, got.update_arrays if copier is not None else None,
-        got.present_map, got.launch_present_map))
+        got.present_map, got.launch_present_map, got.call_present_map))

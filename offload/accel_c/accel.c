@@ -18,7 +18,7 @@
  *
  * The parts, included here in this order as one translation unit (their functions stay
  * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c, update.c,
- * present.c, clauses.c, operation.c; this file adds the accelerator object of a table, its
+ * present.c, clauses.c, operation.c, hot.c; this file adds the accelerator object of a table, its
  * bound methods and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,6 +42,7 @@
 #include "present.c"
 #include "clauses.c"
 #include "operation.c"
+#include "hot.c"
 
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
@@ -133,10 +134,10 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
 /* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)   stage: Transfers.staging_from both ways
  * -> CompiledSteps(begin_single_range, end_single_range, update_single_range, present,
- *    launch_present, release, update_arrays, present_map, launch_present_map) for one
- *    MappingTable, whose state `core` (a TableCore) owns. The device's lock, allocation
- *    records, pool and statistics are taken now: they must be changed in place for the
- *    table's lifetime. */
+ *    launch_present, release, update_arrays, present_map, launch_present_map,
+ *    call_present_map) for one MappingTable, whose state `core` (a TableCore) owns. The
+ *    device's lock, allocation records, pool and statistics are taken now: they must be
+ *    changed in place for the table's lifetime. */
 static PyTypeObject *CompiledStepsType;
 
 static PyObject *accelerate(PyObject *mod, PyObject *args) {
@@ -251,8 +252,9 @@ static PyObject *accelerate(PyObject *mod, PyObject *args) {
   PyObject *ua = bound(a, (vectorcallfunc)Accel_update_arrays);
   PyObject *pm = bound(a, (vectorcallfunc)Accel_present_map);
   PyObject *lm = bound(a, (vectorcallfunc)Accel_launch_present_map);
+  PyObject *cm = bound(a, (vectorcallfunc)Accel_call_present_map);
   Py_DECREF(a);
-  PyObject *steps[] = {b, e, u, pr, lp, rl, ua, pm, lm};
+  PyObject *steps[] = {b, e, u, pr, lp, rl, ua, pm, lm, cm};
   int n = (int)(sizeof steps / sizeof *steps), missing = 0;
   PyObject *r = NULL;
   for (int i = 0; i < n; i++)
@@ -288,6 +290,17 @@ static PyMethodDef methods[] = {
     {"copy_back_hook", set_copy_back_hook, METH_O,
      "copy_back_hook(hook or None), tests: hook(host, tgt, size) runs before each copy back "
      "made outside the table's lock, its entry held; what it raises fails that copy."},
+    {"hot_setup", hot_setup, METH_VARARGS,
+     "hot_setup(process, registry, ompt, profile, inject, failed, general): what a kept "
+     "region's checks read, failed(loc, export, exception) -> the export's result, and the "
+     "answer for nothing done."},
+    {"hot_keep", hot_keep, METH_VARARGS,
+     "hot_keep(dev, region, teams, threads, trip, step, extra, rt, gen, version): a region "
+     "the library runs again as step(n, bases, begins, sizes, types, mappers, *extra)."},
+    {"hot_forget", hot_forget, METH_NOARGS, "hot_forget(): every kept region forgotten."},
+    {"hot_ran", hot_ran, METH_NOARGS, "hot_ran() -> how many regions the entry has run."},
+    {"hot_address", hot_address, METH_NOARGS,
+     "hot_address() -> the address of the library's entry for kept regions."},
     {"accelerate", accelerate, METH_VARARGS,
      "accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, "
      "release_py, update_py, limit, stage, copier) -> CompiledSteps for one MappingTable."},
@@ -310,10 +323,13 @@ static PyStructSequence_Field steps_fields[] = {
     {"launch_present_map", "launch_present_map(n, bases, begins, sizes, types, mappers, spec, "
                            "first) -> True, False, None or the one component to map "
                            "first: and the kernel launched"},
+    {"call_present_map", "call_present_map(n, bases, begins, sizes, types, mappers, call, "
+                         "nargs) -> True, False, None or the one component to map first: "
+                         "and the kernel called directly"},
     {NULL, NULL}};
 static PyStructSequence_Desc steps_desc = {
     "offload._accel_c.CompiledSteps", "A table's steps in the compiled core (accelerate).",
-    steps_fields, 9};
+    steps_fields, 10};
 static PyStructSequence_Field present_fields[] = {
     {"kernel_args", "the region's arguments, arrays as their device addresses"},
     {"marked", "the entries marked in use for it (give them to release)"},

@@ -2,9 +2,10 @@
  * interface to Python objects it does not own. Every attribute or method its C reaches by
  * name is here, with its owner: the device's memory records (GenericDevice, DevicePool),
  * the plugin's pinned ranges (PinnedMap, PinnedEntry), the CUDA driver's state, the
- * runtime's operation state, map clauses, locks and conditions, and the keyword and
- * values the core's calls take. The table's state and its entries are the core's own
- * types (table.c): no name here belongs to a mapping class. scripts/check_core_interface.py
+ * runtime's operation state, map clauses, locks and conditions, the module state a kept
+ * region's checks read (hot.c), and the keyword and values the core's calls take. The
+ * table's state and its entries are the core's own types (table.c): no name here belongs
+ * to a mapping class. scripts/check_core_interface.py
  * (run by CI) keeps every other file of the core free of names and of attribute calls on
  * anything but these; tests/mapping/test_core_interface.py checks that each owner has
  * its names, so a renamed attribute fails a test instead of sending the core to Python. */
@@ -15,15 +16,16 @@ static PyObject *s_lock_attr, *s_allocs, *s_pool, *s_stats, *s_alloc_starts,
 static PyObject *s_pinned, *s_starts, *s_entries_attr, *s_host, *s_size, *s_pending, *s_dev;
 static PyObject *s_dead, *s_last_kernel;
 static PyObject *s_rt, *s_live, *s_closing, *s_inflight, *s_pending_attr;
+static PyObject *s_version, *s_listening, *s_active, *s_arena;
 static PyObject *s_array, *s_type, *s_copy_back;
 static PyObject *s_to_pinned, *s_from_pinned, *s_to_unpinned, *s_from_unpinned,
     *s_to_pinned_ops, *s_from_pinned_ops, *s_to_unpinned_ops, *s_from_unpinned_ops,
     *s_to_staged, *s_from_staged, *s_to_staged_ops, *s_from_staged_ops,
     *s_pool_hits, *s_h2d_name, *s_d2h_name, *s_shutting, *s_unknown_where;
 
-/* (variable, owner, name): the owner is a class as "module:Class", or one of "lock",
- * "condition", "deque", "thread-local", a keyword ("keyword:<function>") or a value
- * ("stats key", "message"). */
+/* (variable, owner, name): the owner is a class as "module:Class", a module as "module
+ * <name>", or one of "lock", "condition", "deque", "thread-local", a keyword
+ * ("keyword:<function>") or a value ("stats key", "message"). */
 typedef struct {
   PyObject **var;
   const char *owner;
@@ -61,6 +63,10 @@ static const Name core_interface[] = {
     {&s_closing, "offload.runtime:Runtime", "closing"},
     {&s_inflight, "offload.runtime:Runtime", "_inflight"},
     {&s_pending_attr, "offload.interrupts:_Sigint", "pending"},
+    {&s_version, "offload.capi.images:Registry", "version"},
+    {&s_listening, "module offload.capi.ompt", "listening"},
+    {&s_active, "module offload.profile", "active"},
+    {&s_arena, "offload.plugins.generic_device:GenericDevice", "arena"},
     {&s_array, "offload.clauses:MapClause", "array"},
     {&s_type, "offload.clauses:MapClause", "type"},
     {&s_copy_back, "keyword:end_single_range", "copy_back"},

@@ -128,6 +128,7 @@ void offload_ompt_submit(int begin, unsigned teams);
 void offload_ompt_device_initialize(int device, const char *type);
 void offload_ompt_device_finalize(int device);
 void offload_ompt_device_load(int device, uintptr_t image, size_t size);
+void offload_set_hot(uintptr_t fn);
 """
 
 
@@ -159,14 +160,16 @@ def _wrappers() -> str:
             one = (f"_offload_kernel_one({head}n ? (uintptr_t)k->ArgBasePtrs[0] : 0, "
                    "n ? (uintptr_t)k->ArgPtrs[0] : 0, n ? k->ArgSizes[0] : 0, "
                    "n ? (uint64_t)k->ArgTypes[0] : 0)")
-            many = (f"_offload_kernel_many({head}(uintptr_t)k->ArgBasePtrs, "
-                    "(uintptr_t)k->ArgPtrs, (uintptr_t)k->ArgSizes, (uintptr_t)k->ArgTypes, "
-                    "(uintptr_t)k->ArgMappers)")
+            arrays = ("(uintptr_t)k->ArgBasePtrs, (uintptr_t)k->ArgPtrs, "
+                      "(uintptr_t)k->ArgSizes, (uintptr_t)k->ArgTypes, (uintptr_t)k->ArgMappers")
+            kept = f"offload_kept({KERNEL_GENERAL}, {head}{arrays})"
+            many = f"_offload_kernel_many({head}{arrays})"
             body = (f"{enter}int r = 0; const KernelArgsTy *k = args; "
                     "const uint32_t n = k ? k->NumArgs : 0; "
                     "if (!Py_IsInitialized()) r = 0; "
                     "else if (k && n <= 1 && (n == 0 || k->ArgMappers == NULL || "
                     f"k->ArgMappers[0] == NULL) && (r = {one}) != {KERNEL_GENERAL}) ; "
+                    f"else if (k && n && (r = {kept}) != {KERNEL_GENERAL}) ; "
                     f"else if (k && n && (r = {many}) != {KERNEL_GENERAL}) ; "
                     f"else r = {call}; {leave}return r;")
         elif ret == "void":
@@ -199,7 +202,8 @@ def _c_source() -> str:
     ffi.cdef(_C_HELPERS)
     paths = " ".join(_c_literal(p) + "," for p in _paths())
     start = f"static const char *const offload_paths[] = {{ {paths} NULL }};\n"
-    ffi.set_source(_MODULE, start + _part("start.c") + TYPES + _part("ompt.c") + _wrappers())
+    ffi.set_source(_MODULE, start + _part("start.c") + TYPES + _part("ompt.c")
+                   + _part("kept.c") + _wrappers())
     ffi.embedding_init_code(_INIT % (_paths(),))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "capi.c")

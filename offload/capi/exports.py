@@ -16,8 +16,8 @@ from typing import Any
 from .. import omp, omp_async, profile, runtime
 from ..runtime import operation
 from ..statistics import write_stats
-from . import maps, ompt
-from .abi import EXPORTS, FIRST_STEPS
+from . import hot_regions, maps, ompt
+from .abi import EXPORTS, FIRST_STEPS, KERNEL_GENERAL
 from .data import _data, data_one
 from .device_api import (
     _after,
@@ -65,6 +65,7 @@ from .interop_objects import (
 )
 from .kernels import (
     dump_tables_at_exit,
+    kept_failed,
     kernel_many,
     kernel_one,
     legacy_target,
@@ -240,6 +241,10 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         _guard("kernel_one", OFFLOAD_FAIL, kernel_one, True, True))
     lib_ffi.def_extern(name="_offload_kernel_many", onerror=_escaped)(
         _guard("kernel_many", OFFLOAD_FAIL, kernel_many, True, True))
+    if lib is not None and _profile is None:     # kept regions run by the compiled core
+        failed = _guard("kernel_many", OFFLOAD_FAIL, kept_failed, False, True)
+        hot_regions.connect(lib.offload_set_hot, lambda loc, export, exc: failed(
+            lib_ffi.cast("void *", loc), export, exc), KERNEL_GENERAL, _inject)
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
         ext(base)(data(kind, True, False))

@@ -4,14 +4,20 @@ skips the general lookups (capi/kernels.py runs it): its device, kernel and plan
 what they were while the device number still names that device, no program
 (un)registered and nothing watches (an OMPT tool, a profile, a recording; the compiled
 core refuses an observed table itself). Every launch still finds its map list on mapped
-data in the core, or runs the general way."""
+data in the core, or runs the general way.
+
+Where the compiled core builds (connect), each kept region is kept in the core as well
+(offload/accel_c/hot.c, this module's compiled twin: the same checks on the same
+objects), and the library's C body runs it from there without entering Python code;
+what the core does not run comes here."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .. import _accel, config, profile, runtime
 from ..plugins.accel_specs import OmpLaunchPlan
-from . import ompt
+from . import devices, ompt
 from .devices import device, registry
 
 KEPT = 4096                        # regions kept (then all forgotten)
@@ -55,12 +61,48 @@ def find(key: Key) -> HotRegion | None:
 
 def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
          call: Callable[..., Any] | None, nargs: int) -> None:
-    """Remember how region `key` ran on device `d` just now."""
+    """Remember how region `key` ran on device `d` just now (in the core too, once
+    connected: the step that runs it, an operation, and what it adds to the map arrays)."""
     if len(_HOT) >= KEPT:
         _HOT.clear()
     _HOT[key] = HotRegion(d, registry.version, plan, call, nargs)
+    steps = d.table.steps
+    step, extra = ((steps.launch_present_map, (plan.spec, plan.first, plan.scratch))
+                   if plan is not None else (steps.call_present_map, (call, nargs)))
+    # the library reads the default device from libomp: kept for it only when
+    # device_number does too
+    if _compiled is not None and step is not None and (key[0] >= 0 or devices.libomp):
+        _compiled.hot_keep(devices.device_number(key[0]), *key[1:], runtime.operation(step),
+                           extra, runtime._process.live, d.generic, registry.version)
 
 
 def forget() -> None:
     """Every kept region (tests)."""
     _HOT.clear()
+    if _compiled is not None:
+        _compiled.hot_forget()
+
+
+#: the compiled core once connect() gave the library its entry for kept regions
+_compiled: Any = None
+
+
+def connect(set_entry: Callable[[int], None], failed: Callable[[int, int, BaseException], int],
+            general: int, inject: set[str]) -> bool:
+    """Give the library (`set_entry`, its offload_set_hot) the compiled core's entry for
+    kept regions, when the core builds: `failed(loc, export, exception)` is what the
+    export returns when a kept run raises, `general` its answer for nothing done,
+    `inject` the exports' injected failures (none while the core runs a region). Whether
+    it did."""
+    global _compiled
+    module = _accel.load() if config.accel_enabled() else None
+    if module is None:
+        return False
+    setup = (runtime._process, registry, ompt, profile, inject, failed, general)
+    module.hot_setup(*setup)
+    set_entry(module.hot_address())
+    _compiled, _connected[:] = module, setup
+    return True
+
+
+_connected: list[Any] = []           # what connect gave hot_setup (tests put it back)

@@ -331,6 +331,15 @@ def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: i
     return OFFLOAD_SUCCESS if ran else KERNEL_GENERAL
 
 
+def kept_failed(loc: Any, export: int, exc: BaseException) -> int:
+    """What region KERNEL_EXPORTS[export] returns when the compiled core ran it as kept
+    (hot_regions.connect) and the run raised `exc`: kernel_many's answer to it."""
+    if isinstance(exc, OffloadError):
+        construct_failed(loc, exc, target=True)
+        return OFFLOAD_FAIL
+    raise exc
+
+
 def _run_section(tgt: int, gen: Any, fn: Any, name: str, param: int, teams: int,
                  threads: int, tripcount: int) -> None:
     """The kernel of kernel_one's one section, mapped at `tgt` (its base: the section

@@ -32,6 +32,9 @@ class TableSteps(NamedTuple):
     #: argument before the region's): True, False (the caller launches) or None (as
     #: present_map's None)
     launch_present_map: Callable[..., Any] | None
+    #: and the kernel called directly (`call`, a direct call taking `nargs` arguments):
+    #: True, False (not `nargs` arguments: nothing done) or as present_map's None
+    call_present_map: Callable[..., Any] | None
 
 
 def choose(table: Any, compiled: Any) -> TableSteps:
@@ -46,4 +49,5 @@ def choose(table: Any, compiled: Any) -> TableSteps:
         pick("update_single_range", table.update_single_range),
         pick("present", None), pick("launch_present", None),
         pick("release", table.release_busy), pick("update_arrays", None),
-        pick("present_map", None), pick("launch_present_map", None))
+        pick("present_map", None), pick("launch_present_map", None),
+        pick("call_present_map", None))

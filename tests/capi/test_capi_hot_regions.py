@@ -3,7 +3,10 @@
 change that makes it untrue sends the next launch the general way: the default device
 naming another device, a program registered, a profile or a kernel recording, an OMPT
 tool, the region's data unmapped. Asserted by counting the paths, in-process through the
-library's exports; with the pure-Python core nothing is kept."""
+library's exports, each test twice: kept regions run by the library's C body through the
+compiled core (offload/accel_c/hot.c, as in a C program, where libomp names the default
+device) and by the Python path (kernels._run_kept); with the pure-Python core nothing is
+kept."""
 import ctypes
 import os
 
@@ -37,21 +40,55 @@ long dot(int *a, int *b, int n) {
 '''
 
 
-@pytest.fixture
-def two(runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
+class Calls(dict):
+    """The paths counted: `hot` a kept region run (by the core: also `core`), `general`
+    the lookups of _on_present, `launch` the device's omp_launch."""
+
+    def __init__(self, mode, core_runs):
+        super().__init__()
+        self.mode, self._core_runs, self._core_start = mode, core_runs, core_runs()
+
+    def get(self, key, default=None):
+        core = self._core_runs() - self._core_start
+        if key == "core":
+            return core or default
+        if key == "hot" and core:
+            return super().get(key, 0) + core
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+    def __repr__(self):
+        return repr({k: self.get(k) for k in ("hot", "core", "general", "launch")})
+
+
+@pytest.fixture(params=["core", "python"])
+def two(request, runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
     """(calls, set_default, compiled): two host devices, the library's exports in this
-    process, the paths counted (`hot`: a kept region run, True or not; `general`: the
-    lookups of _on_present; `launch`: the device's omp_launch)."""
+    process, the paths counted (Calls). `core`: the library reads the default device
+    from libomp, as in a C program, so kept regions run from the compiled core."""
     runtime(OFFLOAD_HOST_NUM_DEVICES=2)
     ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5"), mode=ctypes.RTLD_GLOBAL)
-    ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(os.path.join(ours, abi.SONAME), mode=ctypes.RTLD_GLOBAL)
+    assert lib.omp_get_num_devices() == 2             # (the library's Python side bound)
+    compiled = offload.runtime.current().device(0).table.steps.present_map is not None
+    core = hot_regions._compiled
+    if request.param == "core":
+        if not compiled or core is None:
+            pytest.skip("no compiled core in this mode: the library keeps nothing in C")
+        monkeypatch.setattr(devices, "libomp", devices.ffi.dlopen(None))
+    else:
+        monkeypatch.setattr(devices, "libomp", None)
     hot_regions.forget()
-    calls = {}
+    calls = Calls(request.param, core.hot_ran if core is not None else lambda: 0)
     _count(monkeypatch, calls, kernels, "_run_kept", "hot")
     _count(monkeypatch, calls, kernels, "_on_present", "general")
     gen = offload.runtime.current().device(0).generic
     _count(monkeypatch, calls, gen, "omp_launch", "launch")
-    compiled = offload.runtime.current().device(0).table.steps.present_map is not None
     yield calls, _set_default, compiled
     _set_default(0)
     hot_regions.forget()
@@ -61,7 +98,7 @@ def _set_default(n):
     """The default device of this thread, as the exports read it (libomp's, when the
     library found libomp loaded, else the runtime's own)."""
     if devices.libomp is not None:
-        devices.libomp.omp_set_default_device(n)
+        ctypes.CDLL(os.path.join(LLVM_LIB, "libomp.so.5")).omp_set_default_device(n)
     offload.omp.omp_set_default_device(n)
 
 
@@ -85,6 +122,7 @@ def test_a_region_run_again_takes_what_was_kept(two):
     if compiled:
         assert calls.get("general") == 1 and calls.get("hot") == 3, calls
         assert calls.get("launch") == 1, calls             # then called directly
+        assert calls.get("core") == (3 if calls.mode == "core" else None), calls
     else:
         assert "general" in calls and "hot" not in calls, calls
 
@@ -118,10 +156,12 @@ def test_another_default_device_is_not_the_kept_one(two):
     m.bump(a, b, 2)
     assert list(b[:3]) == [0, 0, 3]            # device 1 wrote the host array itself
     set_default(0)
-    m.bump(a, b, 3)                            # device 0 again: its region kept afresh
-    m.leave(a, b, 100)
+    m.bump(a, b, 3)            # device 0 again: kept afresh (Python's key names -1), or
+    m.leave(a, b, 100)         # run as kept (the core's key names device 0)
     assert list(b[:5]) == [1, 2, 0, 4, 0]      # device 0's copy back
-    if compiled:
+    if compiled and calls.mode == "core":
+        assert calls.get("general") == 2 and calls.get("core") == 2, calls
+    elif compiled:
         assert calls.get("general") == 3 and calls.get("hot") == 1, calls
 
 

@@ -210,7 +210,7 @@ def test_a_tables_steps_are_chosen_once_and_no_method_is_replaced(runtime):
     steps = table.steps
     assert steps._fields == ("begin_single_range", "end_single_range", "update_single_range",
                              "present", "launch_present", "release_present", "update_arrays",
-                             "present_map", "launch_present_map")
+                             "present_map", "launch_present_map", "call_present_map")
     if _accelerated():
         assert type(steps.begin_single_range).__name__ == "Method"
     else:
