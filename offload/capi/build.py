@@ -154,7 +154,7 @@ def _wrappers() -> str:
             one = (f"(n == 1{mapper} && _offload_data_one({loc}, {number}, dev, "
                    f"(uintptr_t)bases[0], (uintptr_t)begins[0], sizes[0], (uint64_t)types[0]))")
             body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
-        elif name in KERNEL_EXPORTS:          # the list read in C: kernel_one / _many first
+        elif name in KERNEL_EXPORTS:          # read in C: the core's kept region, kernel_one, _many
             head = (f"loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, thread_limit, "
                     "(uintptr_t)host_ptr, k->Tripcount, (int32_t)n, ")
             one = (f"_offload_kernel_one({head}n ? (uintptr_t)k->ArgBasePtrs[0] : 0, "
@@ -167,9 +167,9 @@ def _wrappers() -> str:
             body = (f"{enter}int r = 0; const KernelArgsTy *k = args; "
                     "const uint32_t n = k ? k->NumArgs : 0; "
                     "if (!Py_IsInitialized()) r = 0; "
+                    f"else if (k && (r = {kept}) != {KERNEL_GENERAL}) ; "
                     "else if (k && n <= 1 && (n == 0 || k->ArgMappers == NULL || "
                     f"k->ArgMappers[0] == NULL) && (r = {one}) != {KERNEL_GENERAL}) ; "
-                    f"else if (k && n && (r = {kept}) != {KERNEL_GENERAL}) ; "
                     f"else if (k && n && (r = {many}) != {KERNEL_GENERAL}) ; "
                     f"else r = {call}; {leave}return r;")
         elif ret == "void":

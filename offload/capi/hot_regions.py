@@ -69,9 +69,7 @@ def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
     steps = d.table.steps
     step, extra = ((steps.launch_present_map, (plan.spec, plan.first, plan.scratch))
                    if plan is not None else (steps.call_present_map, (call, nargs)))
-    # the library reads the default device from libomp: kept for it only when
-    # device_number does too
-    if _compiled is not None and step is not None and (key[0] >= 0 or devices.libomp):
+    if step is not None and in_core(key[0]):
         _compiled.hot_keep(devices.device_number(key[0]), *key[1:], runtime.operation(step),
                            extra, runtime._process.live, d.generic, registry.version)
 
@@ -85,6 +83,13 @@ def forget() -> None:
 
 #: the compiled core once connect() gave the library its entry for kept regions
 _compiled: Any = None
+
+
+def in_core(dev: int) -> bool:
+    """Whether a region launched on device number `dev` (as given) is kept in the core:
+    connected, and for the default device only where device_number reads it from libomp
+    as the library's C does."""
+    return _compiled is not None and (dev >= 0 or devices.libomp is not None)
 
 
 def connect(set_entry: Callable[[int], None], failed: Callable[[int, int, BaseException], int],

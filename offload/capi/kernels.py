@@ -289,6 +289,8 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         gen = d.generic
         if not n:                                # nothing mapped, nothing passed
             gen.omp_launch(fn, name, [], num_teams, thread_limit, tripcount)
+            if hot_regions.in_core(dev):         # the library's C runs it from now on
+                _keep_empty(d, (dev, host_ptr, num_teams, thread_limit, tripcount), fn, name)
             return OFFLOAD_SUCCESS
         param = type & maps.TARGET_PARAM
         call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
@@ -301,6 +303,16 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
     except OffloadError as exc:
         construct_failed(loc, exc, target=True)
         return OFFLOAD_FAIL
+
+
+def _keep_empty(d: Any, key: hot_regions.Key, fn: Any, name: str) -> None:
+    """An empty region (no map list) kept as launched on `d`, for the compiled core's
+    entry: its launch plan, else its direct call, when the device gives one."""
+    gen = d.generic
+    plan = gen.omp_launch_plan(fn, name, key[2], key[3], key[4])
+    call = None if plan is not None else gen.omp_direct_call(fn, name, 0, key[2], key[3])
+    if plan is not None or call is not None:
+        hot_regions.keep(key, d, plan, call, 0)
 
 
 def kernel_many(loc: Any, export: int, dev: int, num_teams: int, thread_limit: int,

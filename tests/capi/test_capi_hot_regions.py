@@ -65,6 +65,14 @@ class Calls(dict):
     def __repr__(self):
         return repr({k: self.get(k) for k in ("hot", "core", "general", "launch")})
 
+SAY = r'''
+#include <unistd.h>
+void say(void) {
+#pragma omp target
+  { write(1, "ran\n", 4); }
+}
+'''
+
 
 @pytest.fixture(params=["core", "python"])
 def two(request, runtime, monkeypatch, ours):  # noqa: F811 - the fixture above
@@ -127,6 +135,20 @@ def test_a_region_run_again_takes_what_was_kept(two):
         assert "general" in calls and "hot" not in calls, calls
 
 
+def test_an_empty_region_run_again_takes_what_was_kept(two, capfd):
+    """A region with no map list is kept when the core can run it (the library's C tries
+    a kept region first), so its later launches run from the core; each launch runs (its
+    kernel prints a line)."""
+    calls, _, compiled = two
+    m = offload.compile_openmp(SAY)
+    capfd.readouterr()
+    for _ in range(4):
+        m.say()
+    assert capfd.readouterr().out == "ran\n" * 4
+    assert calls.get("launch") == (1 if calls.mode == "core" else 4), calls
+    assert calls.get("core") == (3 if calls.mode == "core" else None), calls
+
+
 def test_a_reduction_run_again_maps_its_scalar_and_takes_what_was_kept(two):
     """A Dot-shaped region (its scalar mapped first, the arrays already mapped) is kept
     too: later launches map the scalar in fewer steps and run the rest from what was
@@ -181,7 +203,7 @@ def test_what_makes_a_kept_region_untrue_sends_it_the_general_way(two, monkeypat
     gen = offload.runtime.current().device(0).generic
     seen = []
     if change == "register":
-        offload.compile_openmp(PROGRAM.replace("bump", "other"))
+        offload.compile_openmp(PROGRAM.replace("bump", f"other_{calls.mode}"))   # registers
     elif change == "recording":
         monkeypatch.setattr(gen, "arena", _Recording(seen))
     elif change == "profile":
