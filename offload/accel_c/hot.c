@@ -9,7 +9,9 @@
  * version, the device's generic part (no kernel recording on it). The library calls
  * offload_hot_kernel (hot_address) with a region's launch; it answers KERNEL_GENERAL with
  * nothing done for anything but a kept region whose checks all hold and whose step ran
- * it, so the library then takes its Python path. Every slot is written under the GIL and
+ * it, so the library then takes its Python path. A region whose step answers a section
+ * to map first (one the step cannot make: the host's, or past the CUDA core's limit) is
+ * let go, so its later launches go the Python way at once. Every slot is written under the GIL and
  * read under it, but for a first look at the region (a slot holding another region, or
  * none: no GIL taken for a launch never kept). */
 
@@ -99,6 +101,8 @@ static int hot_run(void *loc, int32_t export, int64_t dev, int32_t teams, int32_
     if (got) {
       r = got == Py_True ? 0 : hot_general;     /* False, None, a section: nothing done */
       hot_runs += got == Py_True;
+      if (PyTuple_Check(got) && s->step == step)  /* a section it cannot make: not again */
+        hot_clear_slot(s);
       Py_DECREF(got);
     }
   }
