@@ -60,7 +60,7 @@ class World:
 def world():
     core = _accel.load()
     if core is None:
-        pytest.skip("the compiled core does not build here: the library keeps nothing in C")
+        pytest.skip("no compiled core (OFFLOAD_ACCEL=0, or none builds here): nothing is kept in C")
     w = World(core)
     yield w
     core.hot_forget()
