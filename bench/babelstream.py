@@ -20,6 +20,11 @@ ratios to CUDA; writes babelstream.png ($OUT or bench/). `--llvm-lib LIBDIR` (LL
 own libomptarget.so.19.1 and the libraries it needs, e.g. Debian's, whose CUDA plugin
 opens libcuda) also runs the same binary on LLVM 19's runtime: the bandwidth and the
 construct beside offload's.
+
+`--host BABELSTREAM_SRC` (a machine with clang-19 and libomp-19-dev, no GPU): the OpenMP
+model built for x86_64 offloading, each construct's best time at 1,024 doubles with
+OMP_NUM_THREADS=1 on offload's library and on LLVM 19's, three rounds interleaved,
+medians of the rounds; prints the ratios.
 """
 from __future__ import annotations
 
@@ -70,6 +75,38 @@ def build_cuda(d: str, name: str = "cuda-stream", unroll: int = 4) -> None:
                     "-o", os.path.join(d, name)], check=True)
 
 
+def host(src: str, rounds: int = 3, times: int = 4000) -> None:
+    """The OpenMP model on the host device under both libraries (`--host`)."""
+    import statistics
+    import tempfile
+
+    from offload.capi import libdir
+    llvm_lib = "/usr/lib/llvm-19/lib"
+    s = os.path.join(src, "src")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "omp-stream-host")
+        subprocess.run(["clang++-19", "-O3", "-std=c++17", "-fopenmp",
+                        "-fopenmp-targets=x86_64-unknown-linux-gnu", "-DOMP", "-DOMP_TARGET_GPU",
+                        "-w", f"-I{s}", f"-I{s}/omp", f"{s}/main.cpp", f"{s}/omp/OMPStream.cpp",
+                        "-o", exe], check=True, env=dict(os.environ, LIBRARY_PATH=llvm_lib))
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("OFFLOAD_", "LIBOMPTARGET"))}
+        libs = {"offload": f"{libdir()}:{llvm_lib}", "LLVM 19": llvm_lib}
+        got: dict[str, dict[str, list[float]]] = {who: {} for who in libs}
+        for _ in range(rounds):
+            for who, path in libs.items():
+                best = run(exe, 1024, times, dict(base, OMP_NUM_THREADS="1",
+                                                  LD_LIBRARY_PATH=path), "min_runtime")
+                for k in KERNELS:
+                    got[who].setdefault(k, []).append(best[k])
+    med = {who: {k: statistics.median(v) for k, v in r.items()} for who, r in got.items()}
+    print(f"offload bench/babelstream.py --host: one construct at 1024 doubles, best of "
+          f"{times}, median of {rounds} interleaved rounds; host {machine()}")
+    print(table([(k, f"{med['offload'][k] * 1e6:.2f}", f"{med['LLVM 19'][k] * 1e6:.2f}",
+                  f"{med['offload'][k] / med['LLVM 19'][k]:.2f}x") for k in KERNELS],
+                ("kernel", "offload us", "LLVM 19 us", "ratio")))
+
+
 def run(exe: str, size: int, times: int, env: dict[str, str],
         col: str = "max_") -> dict[str, float]:
     """MB/s of each kernel (BabelStream's --csv, whatever its unit: the best of `times`
@@ -96,9 +133,14 @@ def main() -> None:
                         "wave of resident blocks: SMs x 16 for clang's 128-thread kernels)")
     p.add_argument("--llvm-lib", metavar="LIBDIR",
                    help="also run on LLVM 19's own libomptarget from LIBDIR")
+    p.add_argument("--host", metavar="BABELSTREAM_SRC",
+                   help="the constructs on the host device, offload against LLVM 19")
     args = p.parse_args()
     if args.build:
         build(*args.build)
+        return
+    if args.host:
+        host(args.host)
         return
     from offload.capi import libdir
     d = os.path.abspath(args.dir)
