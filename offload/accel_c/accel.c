@@ -17,9 +17,9 @@
  * streams of the device.
  *
  * The parts, included here in this order as one translation unit (their functions stay
- * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c, update.c,
- * present.c, clauses.c, operation.c, hot.c; this file adds the accelerator object of a table, its
- * bound methods and the module. */
+ * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c,
+ * section.c, update.c, present.c, direct_call.c, clauses.c, operation.c, hot.c; this file
+ * adds the accelerator object of a table, its bound methods and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -40,6 +40,7 @@
 #include "section.c"
 #include "update.c"
 #include "present.c"
+#include "direct_call.c"
 #include "clauses.c"
 #include "operation.c"
 #include "hot.c"

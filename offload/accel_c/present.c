@@ -314,36 +314,6 @@ static PyObject *Accel_launch_present_map(Accel *a, PyObject *const *args, size_
   return launched(a, ran, kargs, marked);
 }
 
-/* call_present_map(n, bases, begins, sizes, types, mappers, call, nargs) -> True, False,
- * None or the one component to map first: as present_map, then `call` (the region's
- * kernel called directly: GenericDevice.omp_direct_call) on its arguments, its marks
- * given back: True once it ran; False with nothing done when the arguments are not
- * `nargs` of them (the caller launches). */
-static PyObject *Accel_call_present_map(Accel *a, PyObject *const *args, size_t nargsf,
-                                        PyObject *kwnames) {
-  Py_ssize_t want;
-  if (kwnames || PyVectorcall_NARGS(nargsf) != 8 || !PyLong_CheckExact(args[7]) ||
-      (want = PyLong_AsSsize_t(args[7])) < 0) {
-    PyErr_SetString(PyExc_TypeError, "call_present_map(n, bases, begins, sizes, types, "
-                    "mappers, call, nargs): a count, five addresses, a callable, a count");
-    return NULL;
-  }
-  PyObject *kargs, *marked, *absent;
-  int got = mark_map(a, args, NULL, &kargs, &marked, &absent, NULL);
-  if (got == 2)
-    return absent;
-  if (got <= 0)
-    return got < 0 ? NULL : Py_NewRef(Py_None);
-  int ran = 0;
-  if (PyList_GET_SIZE(kargs) == want) {
-    PyObject *r = PyObject_Vectorcall(args[6], PySequence_Fast_ITEMS(kargs), (size_t)want,
-                                      NULL);
-    ran = r ? 1 : -1;
-    Py_XDECREF(r);
-  }
-  return launched(a, ran, kargs, marked);
-}
-
 /* launch_present(args, spec) -> bool: as present(args), and the kernel of `spec` (a
  * LaunchSpec) launched here on the arguments, its marks given back: True once it ran;
  * False with nothing done (the Python path launches). */

@@ -296,6 +296,9 @@ def kernel_one(loc: Any, export: int, dev: int, num_teams: int, thread_limit: in
         call = gen.omp_direct_call(fn, name, 1, num_teams, thread_limit) if param else None
         if call is not None:                     # called with the section's address
             _on_section(d, begin, size, type, call)
+            if hot_regions.in_core(dev):         # the library's C runs it from now on
+                hot_regions.keep((dev, host_ptr, num_teams, thread_limit, tripcount), d,
+                                 None, call, 1)
         else:
             _on_section(d, begin, size, type, _run_section, gen, fn, name, param, num_teams,
                         thread_limit, tripcount)

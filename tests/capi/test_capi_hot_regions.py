@@ -31,6 +31,14 @@ void bump(int *a, int *b, int k) {
 #pragma omp target
   { b[k] = a[k] + 1; }
 }
+void inc(int *a, int n) {
+#pragma omp target map(tofrom: a[0:n])
+  for (int i = 0; i < n; i++) a[i] += 1;
+}
+void inc10(int *a) {
+#pragma omp target map(tofrom: a[0:10])
+  for (int i = 0; i < 10; i++) a[i] += 1;
+}
 long dot(int *a, int *b, int n) {
   long sum = 0;
 #pragma omp target teams distribute parallel for map(tofrom: sum) reduction(+: sum)
@@ -162,8 +170,32 @@ def test_a_reduction_run_again_maps_its_scalar_and_takes_what_was_kept(two):
     m.leave(a, b, 100)
     if compiled:
         assert calls.get("general") == 2 and calls.get("hot") == 2, calls
+        assert calls.get("core") == (2 if calls.mode == "core" else None), calls
     else:
         assert "hot" not in calls, calls
+
+
+@pytest.mark.parametrize("region", ["inc10", "inc"])
+def test_a_section_region_run_again_takes_what_was_kept(two, region):
+    """`map(tofrom: a[0:10])` alone (kernel_one's list) or beside its length (kernel_many's)
+    is kept on the host once run: later launches map and unmap the section in the core
+    around the call (copied in and back each time), or, with the array mapped by `enter
+    data`, run on the mapped copy."""
+    calls, _, compiled = two
+    m, a, b = _entered()
+    run = (lambda x: m.inc10(x)) if region == "inc10" else (lambda x: m.inc(x, 10))
+    c = np.arange(10, dtype=np.int32)
+    for _ in range(3):
+        run(c)                                         # mapped nowhere: in and out
+    assert list(c) == list(range(3, 13))
+    run(a)                                             # a is mapped: the device copy
+    run(a)
+    assert a[0] == 0                                   # the host's untouched till exit
+    m.leave(a, b, 100)
+    assert list(a[:3]) == [2, 3, 4] and a[10] == 10
+    assert len(offload.runtime.current().device(0).table) == 0
+    if calls.mode == "core":
+        assert calls.get("core") == 4, calls           # all but the first (one key)
 
 
 def test_another_default_device_is_not_the_kept_one(two):
