@@ -18,8 +18,8 @@
  *
  * The parts, included here in this order as one translation unit (their functions stay
  * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c,
- * section.c, update.c, present.c, direct_call.c, clauses.c, operation.c, hot.c; this file
- * adds the accelerator object of a table, its bound methods and the module. */
+ * section.c, update.c, present.c, direct_call.c, clauses.c, operation.c; this file adds
+ * the accelerator object of a table, its bound methods (then hot.c) and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -43,7 +43,6 @@
 #include "direct_call.c"
 #include "clauses.c"
 #include "operation.c"
-#include "hot.c"
 
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
@@ -131,6 +130,8 @@ static PyObject *bound(Accel *a, vectorcallfunc fn) {
   PyObject_GC_Track(m);
   return (PyObject *)m;
 }
+
+#include "hot.c"      /* (after Method: a kept data construct reads its table) */
 
 /* accelerate(table, core, dev, plugin, kind, new_lock, begin_py, end_py, release_py,
  *            update_py, limit, stage, copier)   stage: Transfers.staging_from both ways
@@ -292,14 +293,22 @@ static PyMethodDef methods[] = {
      "copy_back_hook(hook or None), tests: hook(host, tgt, size) runs before each copy back "
      "made outside the table's lock, its entry held; what it raises fails that copy."},
     {"hot_setup", hot_setup, METH_VARARGS,
-     "hot_setup(process, registry, ompt, profile, inject, failed, general): what a kept "
-     "region's checks read, failed(loc, export, exception) -> the export's result, and the "
-     "answer for nothing done."},
+     "hot_setup(process, registry, ompt, profile, inject, failed, general, data_failed, "
+     "kinds): what a kept construct's checks read, failed(loc, export, exception) -> the "
+     "export's result (data_failed: a data construct's), the answer for nothing done, and "
+     "each data export's kind (b, e, u)."},
     {"hot_keep", hot_keep, METH_VARARGS,
      "hot_keep(dev, region, teams, threads, trip, step, extra, rt, gen, version): a region "
      "the library runs again as step(n, bases, begins, sizes, types, mappers, *extra)."},
     {"hot_forget", hot_forget, METH_NOARGS, "hot_forget(): every kept region forgotten."},
     {"hot_ran", hot_ran, METH_NOARGS, "hot_ran() -> how many regions the entry has run."},
+    {"hot_data_ran", hot_data_ran, METH_NOARGS,
+     "hot_data_ran() -> how many data constructs the entry has run."},
+    {"hot_keep_data", hot_keep_data, METH_VARARGS,
+     "hot_keep_data(dev, begin, end, update, table, rt, version) -> whether kept: a device's "
+     "data constructs of one plain section, run by the library as step(p, n, t[, None])."},
+    {"hot_data_address", hot_data_address, METH_NOARGS,
+     "hot_data_address() -> the address of the library's entry for kept data constructs."},
     {"hot_address", hot_address, METH_NOARGS,
      "hot_address() -> the address of the library's entry for kept regions."},
     {"accelerate", accelerate, METH_VARARGS,

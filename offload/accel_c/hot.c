@@ -34,7 +34,8 @@ static HotRegion hot_slots[HOT_SLOTS];
 static PyObject *hot_process, *hot_registry, *hot_ompt, *hot_profile, *hot_inject,
     *hot_failed;
 static int hot_general = 1;
-static unsigned long long hot_runs;        /* regions the entry ran (hot_ran) */
+static PyObject *hot_data_failed, *hot_data_kinds;
+static unsigned long long hot_runs, hot_data_runs;  /* what the entries ran (hot_ran) */
 
 static HotRegion *hot_slot(int64_t dev, uintptr_t region, int32_t teams, int32_t threads,
                            uint64_t trip) {
@@ -148,19 +149,134 @@ static int offload_hot_kernel(void *loc, int32_t export, int64_t dev, int32_t te
   return r;
 }
 
-/* hot_setup(process, registry, ompt, profile, inject, failed, general): what the checks
- * read and what the entry answers. */
+/* Kept data constructs (the compiled twin of capi/data.py's data_one): per device number,
+ * the steps its one plain section takes (Operations over begin_single_range,
+ * end_single_range and update_single_range), a step bound to its table (the table's
+ * `observed`), and what must still hold. */
+#define HOT_DEVICES 64
+#define HOT_PLAIN 0x23ULL                  /* TO, FROM, TARGET_PARAM */
+
+typedef struct {
+  PyObject *begin, *end, *update, *table, *rt;     /* NULL begin: none kept */
+  long long version;
+} HotData;
+
+static HotData hot_data[HOT_DEVICES];
+
+static void hot_clear_data(HotData *h) {
+  PyObject *o[5] = {h->begin, h->end, h->update, h->table, h->rt};
+  h->begin = h->end = h->update = h->table = h->rt = NULL;
+  for (int i = 0; i < 5; i++)
+    Py_XDECREF(o[i]);
+}
+
+/* hot_holds' checks for a kept device (no kernel: no profile or recording to ask), and
+ * its table not observed (maps.single_section's rule). */
+static int hot_data_holds(HotData *h) {
+  Method *m = (Method *)h->table;
+  if (Py_TYPE(h->table) != &MethodType || !m->owner || !m->owner->core ||
+      m->owner->core->observed || PySet_GET_SIZE(hot_inject) ||
+      !hot_is(PyObject_GetAttr(hot_process, s_live), h->rt) ||
+      !hot_is(PyObject_GetAttr(h->rt, s_closing), Py_False) ||
+      !hot_is(PyObject_GetAttr(hot_ompt, s_listening), Py_False))
+    return 0;
+  PyObject *v = PyObject_GetAttr(hot_registry, s_version);
+  long long version = v ? PyLong_AsLongLong(v) : -1;
+  Py_XDECREF(v);
+  PyErr_Clear();
+  return version == h->version;
+}
+
+/* The library's entry for a data construct of one component without a mapper (its address
+ * is hot_data_address()), the device number resolved: 1 once done (or failed and
+ * reported, as data_one), 0 with nothing done (the library then calls data_one). */
+static int offload_hot_data(void *loc, int32_t export, int64_t dev, uintptr_t base,
+                            uintptr_t begin, int64_t size, uint64_t type) {
+  if (dev < 0 || dev >= HOT_DEVICES || base != begin || size <= 0 || (type & ~HOT_PLAIN) ||
+      !hot_data_failed)
+    return 0;
+  const volatile HotData *seen = &hot_data[dev];
+  if (!seen->begin || !PyGILState_GetThisThreadState())
+    return 0;
+  PyGILState_STATE g = PyGILState_Ensure();
+  HotData *h = &hot_data[dev];
+  long t = (long)(type & 0x3);
+  char kind = export >= 0 && export < PyBytes_GET_SIZE(hot_data_kinds)
+                  ? PyBytes_AS_STRING(hot_data_kinds)[export] : 0;
+  PyObject *step = kind == 'b' ? h->begin : kind == 'e' ? h->end : kind == 'u' ? h->update
+                                                                              : NULL;
+  int r = 0;
+  if (step && h->begin && (kind != 'u' || t == 1 || t == 2) && hot_data_holds(h)) {
+    Py_INCREF(step);
+    PyObject *argv[4] = {PyLong_FromUnsignedLongLong(begin), PyLong_FromLongLong(size),
+                         PyLong_FromLong(t), Py_None};
+    PyObject *got = argv[0] && argv[1] && argv[2]
+                        ? PyObject_Vectorcall(step, argv, kind == 'u' ? 3 : 4, NULL) : NULL;
+    for (int i = 0; i < 3; i++)
+      Py_XDECREF(argv[i]);
+    Py_DECREF(step);
+    Py_XDECREF(got);
+    r = 1;
+    if (!got) {                                   /* as data_one reports it */
+      PyObject *typ, *val, *tb;
+      PyErr_Fetch(&typ, &val, &tb);
+      PyErr_NormalizeException(&typ, &val, &tb);
+      if (tb)
+        PyException_SetTraceback(val, tb);
+      PyObject *out = PyObject_CallFunction(hot_data_failed, "KiO",
+                                            (unsigned long long)(uintptr_t)loc, export, val);
+      Py_XDECREF(out);
+      Py_XDECREF(typ);
+      Py_XDECREF(val);
+      Py_XDECREF(tb);
+      if (!out)
+        PyErr_WriteUnraisable(hot_data_failed);
+    } else {
+      hot_data_runs++;
+    }
+  }
+  PyGILState_Release(g);
+  return r;
+}
+
+/* hot_keep_data(dev, begin, end, update, table, rt, version): device `dev`'s data
+ * constructs kept (`table`: one of its table's compiled steps). */
+static PyObject *hot_keep_data(PyObject *self, PyObject *args) {
+  long long dev, version;
+  PyObject *o[5];
+  (void)self;
+  if (!PyArg_ParseTuple(args, "LOOOOOL", &dev, &o[0], &o[1], &o[2], &o[3], &o[4], &version))
+    return NULL;
+  if (dev < 0 || dev >= HOT_DEVICES || Py_TYPE(o[3]) != &MethodType)
+    Py_RETURN_FALSE;
+  HotData *h = &hot_data[dev];
+  hot_clear_data(h);
+  *h = (HotData){Py_NewRef(o[0]), Py_NewRef(o[1]), Py_NewRef(o[2]), Py_NewRef(o[3]),
+                 Py_NewRef(o[4]), version};
+  Py_RETURN_TRUE;
+}
+
+/* hot_data_address() -> the address of offload_hot_data, for the library. */
+static PyObject *hot_data_address(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&offload_hot_data);
+}
+
+/* hot_setup(process, registry, ompt, profile, inject, failed, general, data_failed,
+ * kinds): what the checks read and what the entries answer (hot_data_kinds: a bytes of
+ * b, e or u per data export). */
 static PyObject *hot_setup(PyObject *self, PyObject *args) {
-  PyObject *o[6];
+  PyObject *o[8];
   int general;
   (void)self;
-  if (!PyArg_ParseTuple(args, "OOOOO!Oi", &o[0], &o[1], &o[2], &o[3], &PySet_Type, &o[4],
-                        &o[5], &general))
+  if (!PyArg_ParseTuple(args, "OOOOO!OiOS", &o[0], &o[1], &o[2], &o[3], &PySet_Type, &o[4],
+                        &o[5], &general, &o[6], &o[7]))
     return NULL;
   hot_general = general;
-  PyObject **at[6] = {&hot_process, &hot_registry, &hot_ompt, &hot_profile, &hot_inject,
-                      &hot_failed};
-  for (int i = 0; i < 6; i++)
+  PyObject **at[8] = {&hot_process, &hot_registry, &hot_ompt, &hot_profile, &hot_inject,
+                      &hot_failed, &hot_data_failed, &hot_data_kinds};
+  for (int i = 0; i < 8; i++)
     Py_XSETREF(*at[i], Py_NewRef(o[i]));
   Py_RETURN_NONE;
 }
@@ -192,14 +308,22 @@ static PyObject *hot_forget(PyObject *self, PyObject *unused) {
   (void)unused;
   for (int i = 0; i < HOT_SLOTS; i++)
     hot_clear_slot(&hot_slots[i]);
+  for (int i = 0; i < HOT_DEVICES; i++)
+    hot_clear_data(&hot_data[i]);
   Py_RETURN_NONE;
 }
 
-/* hot_ran() -> how many regions the entry has run. */
+/* hot_ran() -> how many regions the entry has run; hot_data_ran(): data constructs. */
 static PyObject *hot_ran(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
   return PyLong_FromUnsignedLongLong(hot_runs);
+}
+
+static PyObject *hot_data_ran(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(hot_data_runs);
 }
 
 /* hot_address() -> the address of offload_hot_kernel, for the library. */

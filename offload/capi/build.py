@@ -128,7 +128,7 @@ void offload_ompt_submit(int begin, unsigned teams);
 void offload_ompt_device_initialize(int device, const char *type);
 void offload_ompt_device_finalize(int device);
 void offload_ompt_device_load(int device, uintptr_t image, size_t size);
-void offload_set_hot(uintptr_t fn);
+void offload_set_hot(uintptr_t fn, uintptr_t data_fn);
 """
 
 
@@ -148,11 +148,12 @@ def _wrappers() -> str:
                  "if (outer) offload_return_address = __builtin_return_address(0); ")
         leave = "if (outer) offload_return_address = NULL; "
         number = _data_export(name)
-        if number is not None:                   # one component, no mapper: data_one first
+        if number is not None:    # one component, no mapper: the core's kept, data_one first
             loc = "loc" if "loc" in names else "NULL"
             mapper = " && (mappers == NULL || mappers[0] == NULL)" if "mappers" in names else ""
-            one = (f"(n == 1{mapper} && _offload_data_one({loc}, {number}, dev, "
-                   f"(uintptr_t)bases[0], (uintptr_t)begins[0], sizes[0], (uint64_t)types[0]))")
+            first = (f"({loc}, {number}, dev, (uintptr_t)bases[0], (uintptr_t)begins[0], "
+                     "sizes[0], (uint64_t)types[0])")
+            one = f"(n == 1{mapper} && (offload_kept_data{first} || _offload_data_one{first}))"
             body = f"{enter}if (Py_IsInitialized() && !{one}) {call}; {leave}"
         elif name in KERNEL_EXPORTS:          # read in C: the core's kept region, kernel_one, _many
             head = (f"loc, {KERNEL_EXPORTS.index(name)}, dev, num_teams, thread_limit, "

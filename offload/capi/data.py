@@ -8,7 +8,7 @@ from typing import Any
 
 from ..diagnostics import say
 from ..errors import OffloadError
-from . import maps, ompt
+from . import hot_regions, maps, ompt
 from .abi import DATA_EXPORTS
 from .devices import (
     construct_failed,
@@ -52,7 +52,20 @@ def data_one(loc: Any, export: int, dev: int, base: int, begin: int, size: int, 
     kind = DATA_EXPORTS[export][1]
     if not maps.single_section(d, *one):
         return 1 if kind == "update" and maps.empty_update(d, size, type) else 0
-    return 1 if _run_single_section(kind, d, one, loc) else 0
+    if not _run_single_section(kind, d, one, loc):
+        return 0
+    if hot_regions.in_core(dev):             # the library's C runs the next ones
+        hot_regions.keep_data(dev, d)
+    return 1
+
+
+def kept_failed(loc: Any, export: int, exc: BaseException) -> None:
+    """A data construct (DATA_EXPORTS[export]) the compiled core ran as kept
+    (hot_regions.keep_data) whose step raised `exc`: reported as data_one reports it."""
+    if isinstance(exc, OffloadError):
+        construct_failed(loc, exc)
+        return
+    raise exc
 
 
 _REGION_KINDS = {"begin": ompt.ENTER_DATA, "end": ompt.EXIT_DATA, "update": ompt.UPDATE}

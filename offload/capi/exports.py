@@ -17,8 +17,9 @@ from .. import omp, omp_async, profile, runtime
 from ..runtime import operation
 from ..statistics import write_stats
 from . import hot_regions, maps, ompt
-from .abi import EXPORTS, FIRST_STEPS, KERNEL_GENERAL
+from .abi import DATA_EXPORTS, EXPORTS, FIRST_STEPS, KERNEL_GENERAL
 from .data import _data, data_one
+from .data import kept_failed as kept_data_failed
 from .device_api import (
     _after,
     _alloc,
@@ -241,10 +242,15 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
         _guard("kernel_one", OFFLOAD_FAIL, kernel_one, True, True))
     lib_ffi.def_extern(name="_offload_kernel_many", onerror=_escaped)(
         _guard("kernel_many", OFFLOAD_FAIL, kernel_many, True, True))
-    if lib is not None and _profile is None:     # kept regions run by the compiled core
+    if lib is not None and _profile is None:     # kept constructs run by the compiled core
         failed = _guard("kernel_many", OFFLOAD_FAIL, kept_failed, False, True)
-        hot_regions.connect(lib.offload_set_hot, lambda loc, export, exc: failed(
-            lib_ffi.cast("void *", loc), export, exc), KERNEL_GENERAL, _inject)
+        data_failed = _guard("data_one", None, kept_data_failed, False, True)
+        hot_regions.connect(
+            lib.offload_set_hot,
+            lambda loc, export, exc: failed(lib_ffi.cast("void *", loc), export, exc),
+            KERNEL_GENERAL, _inject,
+            lambda loc, export, exc: data_failed(lib_ffi.cast("void *", loc), export, exc),
+            "".join(kind[0] for _, kind in DATA_EXPORTS).encode())
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
         ext(base)(data(kind, True, False))

@@ -77,6 +77,7 @@ def keep(key: Key, d: Any, plan: OmpLaunchPlan | None,
 def forget() -> None:
     """Every kept region (tests)."""
     _HOT.clear()
+    _data_kept.clear()
     if _compiled is not None:
         _compiled.hot_forget()
 
@@ -92,22 +93,47 @@ def in_core(dev: int) -> bool:
     return _compiled is not None and (dev >= 0 or devices.libomp is not None)
 
 
-def connect(set_entry: Callable[[int], None], failed: Callable[[int, int, BaseException], int],
-            general: int, inject: set[str]) -> bool:
-    """Give the library (`set_entry`, its offload_set_hot) the compiled core's entry for
-    kept regions, when the core builds: `failed(loc, export, exception)` is what the
-    export returns when a kept run raises, `general` its answer for nothing done,
-    `inject` the exports' injected failures (none while the core runs a region). Whether
-    it did."""
+def connect(set_entry: Callable[[int, int], None],
+            failed: Callable[[int, int, BaseException], int], general: int,
+            inject: set[str], data_failed: Callable[[int, int, BaseException], Any],
+            kinds: bytes) -> bool:
+    """Give the library (`set_entry`, its offload_set_hot) the compiled core's entries for
+    kept regions and data constructs, when the core builds: `failed(loc, export,
+    exception)` is what a region's export returns when a kept run raises (`data_failed`
+    reports a data construct's), `general` its answer for nothing done, `inject` the
+    exports' injected failures (none while the core runs a construct), `kinds` each data
+    export's kind (b, e, u). Whether it did."""
     global _compiled
     module = _accel.load() if config.accel_enabled() else None
     if module is None:
         return False
-    setup = (runtime._process, registry, ompt, profile, inject, failed, general)
+    setup = (runtime._process, registry, ompt, profile, inject, failed, general, data_failed,
+             kinds)
     module.hot_setup(*setup)
-    set_entry(module.hot_address())
+    set_entry(module.hot_address(), module.hot_data_address())
     _compiled, _connected[:] = module, setup
     return True
+
+
+def keep_data(dev: int, d: Any) -> None:
+    """Keep device `d`'s data constructs of one plain section (data_one's) in the core,
+    once per device, runtime and registry version (device number `dev` as given)."""
+    steps = d.table.steps
+    if steps.present_map is None:
+        return
+    n = devices.device_number(dev)
+    now = (runtime._process.live, registry.version, d)
+    if _data_kept.get(n) == now:
+        return
+    op = runtime.operation
+    if _compiled.hot_keep_data(n, op(steps.begin_single_range), op(steps.end_single_range),
+                               op(steps.update_single_range), steps.present_map, now[0],
+                               now[1]):
+        _data_kept[n] = now
+
+
+#: device number -> (runtime, registry version, Device) its data constructs were kept for
+_data_kept: dict[int, tuple[Any, int, Any]] = {}
 
 
 _connected: list[Any] = []           # what connect gave hot_setup (tests put it back)

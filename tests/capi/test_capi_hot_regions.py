@@ -39,6 +39,15 @@ void inc10(int *a) {
 #pragma omp target map(tofrom: a[0:10])
   for (int i = 0; i < 10; i++) a[i] += 1;
 }
+void enter10(int *a) {
+#pragma omp target enter data map(to: a[0:10])
+}
+void from10(int *a) {
+#pragma omp target update from(a[0:10])
+}
+void exit10(int *a) {
+#pragma omp target exit data map(from: a[0:10])
+}
 long dot(int *a, int *b, int n) {
   long sum = 0;
 #pragma omp target teams distribute parallel for map(tofrom: sum) reduction(+: sum)
@@ -196,6 +205,31 @@ def test_a_section_region_run_again_takes_what_was_kept(two, region):
     assert len(offload.runtime.current().device(0).table) == 0
     if calls.mode == "core":
         assert calls.get("core") == 4, calls           # all but the first (one key)
+
+
+def test_data_constructs_of_one_section_run_again_from_the_core(two):
+    """`enter data`, `update` and `exit data` of one plain section: kept per device once
+    data_one ran one, the next ones run by the core (in core mode); the counts and
+    copies are those of the general way."""
+    calls, _, compiled = two
+    m = offload.compile_openmp(PROGRAM)
+    core = hot_regions._compiled
+    before = core.hot_data_ran() if core is not None else 0
+    c = np.arange(10, dtype=np.int32)
+    m.enter10(c)
+    m.enter10(c)                                   # a second reference
+    m.inc10(c)                                     # the device copy: 1..10
+    assert c[0] == 0
+    m.from10(c)
+    assert list(c[:3]) == [1, 2, 3]
+    c[:] = 0
+    m.exit10(c)                                    # one reference left: no copy back
+    assert not c.any()
+    m.exit10(c)                                    # the last: copied back
+    assert list(c[:3]) == [1, 2, 3]
+    assert len(offload.runtime.current().device(0).table) == 0
+    ran = (core.hot_data_ran() - before) if core is not None else 0
+    assert ran == (4 if calls.mode == "core" else 0), ran
 
 
 def test_another_default_device_is_not_the_kept_one(two):

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+import offload
 from offload import _accel
 from offload.capi import hot_regions
 
@@ -33,7 +34,7 @@ class World:
         self.gen = types.SimpleNamespace(arena=None)
         self.inject, self.answer, self.failed_answer = set(), True, -1
         core.hot_setup(self.process, self.registry, self.ompt, self.profile, self.inject,
-                       self.failed, GENERAL)
+                       self.failed, GENERAL, self.failed, b"beu")
         self.entry = ENTRY(core.hot_address())
 
     def step(self, *args):
@@ -167,3 +168,75 @@ def test_a_step_that_forgets_every_region_while_running_is_safe(world):
     world.core.hot_keep(*KEY, step, ("x" * 3,), world.rt, world.gen, 3)
     del step
     assert world.launch() == 0 and world.steps == [(3, *ARRAYS, "xxx")]
+
+
+# ---- data constructs of one plain section (offload_hot_data) ------------------------------
+DATA_ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64,
+                              ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int64, ctypes.c_uint64)
+KINDS = {"begin": 0, "end": 1, "update": 2}     # export numbers of this test's b"beu"
+
+
+@pytest.fixture
+def data(world, runtime):
+    """(world, launch(kind, base, begin, size, type, dev=0) -> answer, table): device 0's
+    data constructs kept with recording steps; `table` the real table whose compiled step
+    stands for it (its `observed`)."""
+    runtime(OFFLOAD_ACCEL="1")
+    table = offload.runtime.current().device(0).table
+    if table.steps.present_map is None:
+        pytest.skip("no compiled core here: nothing is kept in C")
+
+    def step(kind):
+        def run(*args):
+            world.steps.append((kind, *args))
+            if isinstance(world.answer, BaseException):
+                raise world.answer
+        return run
+    assert world.core.hot_keep_data(0, step("begin"), step("end"), step("update"),
+                                    table.steps.present_map, world.rt, world.registry.version)
+    entry = DATA_ENTRY(world.core.hot_data_address())
+
+    def launch(kind, base=0x1000, begin=0x1000, size=64, type=0x3, dev=0):
+        return entry(0x99, KINDS[kind], dev, base, begin, size, type)
+    yield world, launch, table
+    table.traced = False
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_kept_data_construct_runs_its_step_on_the_section(data, kind):
+    world, launch, _ = data
+    ran = world.core.hot_data_ran()
+    assert launch(kind, type=0x1 | 0x20) == 1
+    args = (0x1000, 64, 1) + ((None,) if kind != "update" else ())
+    assert world.steps == [(kind, *args)] and world.core.hot_data_ran() == ran + 1
+
+
+@pytest.mark.parametrize("why, row", [
+    ("not from its base", dict(begin=0x1008)), ("no bytes", dict(size=0)),
+    ("a bit besides TO/FROM/PARAM", dict(type=0x3 | 0x4)),       # always
+    ("another device", dict(dev=1)), ("no device number", dict(dev=-1)),
+    ("an update both ways", dict(type=0x3))])
+def test_a_data_construct_the_core_does_not_take_is_left_to_python(data, why, row):
+    world, launch, _ = data
+    kind = "update" if why == "an update both ways" else "begin"
+    assert launch(kind, **row) == 0 and world.steps == [], why
+
+
+DATA_CHECKS = [c for c in CHECKS if c not in ("a profile", "a kernel recording")]  # launches'
+
+
+@pytest.mark.parametrize("change", [*DATA_CHECKS, "an observed table"])
+def test_each_change_that_makes_a_kept_device_untrue_stops_it(data, change):
+    world, launch, table = data
+    if change == "an observed table":
+        table.traced = True
+    else:
+        CHECKS[change](world)
+    assert launch("begin") == 0 and world.steps == []
+
+
+def test_a_kept_data_construct_that_raises_is_reported_as_data_one_reports_it(data):
+    world, launch, _ = data
+    world.answer, world.failed_answer = RuntimeError("copy failed"), None
+    assert launch("end", type=0x2) == 1                    # done: failed and reported
+    assert [(loc, export) for loc, export, _ in world.failures] == [(0x99, 1)]

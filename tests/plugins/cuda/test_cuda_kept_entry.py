@@ -31,7 +31,8 @@ def kept(accel_table, monkeypatch):  # noqa: F811 - the fixture above
     def failed(loc, export, exc):
         failures.append((loc, export, exc))
         return -1
-    core.hot_setup(offload.runtime._process, registry, ompt, profile, set(), failed, GENERAL)
+    core.hot_setup(offload.runtime._process, registry, ompt, profile, set(), failed, GENERAL,
+                   failed, b"beu")
     entry = ENTRY(core.hot_address())
 
     def keep_and_launch(st, s, first=7):
