@@ -6,6 +6,12 @@
 
 #define MAP_TO_FROM 0x3ULL
 
+/* maps.single_section's rule in C (the table's `observed` asked apart): a non-empty array
+ * section from its base with no bit but TO, FROM and TARGET_PARAM. */
+static int plain_section(uintptr_t base, uintptr_t begin, int64_t size, uint64_t type) {
+  return base == begin && size > 0 && !(type & ~(MAP_TO_FROM | MAP_TARGET_PARAM));
+}
+
 static PyObject *call_on_section(Accel *a, PyObject *const *args, PyObject *absent,
                                  Py_ssize_t want);
 
@@ -60,8 +66,7 @@ static PyObject *call_on_section(Accel *a, PyObject *const *args, PyObject *abse
     Py_DECREF(absent);
     return NULL;
   }
-  if (base != begin || size <= 0 ||
-      ((uint64_t)type & ~(MAP_TO_FROM | MAP_TARGET_PARAM)))
+  if (!plain_section((uintptr_t)base, (uintptr_t)begin, size, (uint64_t)type))
     return absent;                                /* not a plain section: the caller's */
   PyObject *busy = PyList_New(0), *p = PyLong_FromUnsignedLongLong(begin),
            *n = PyLong_FromLongLong(size), *t = PyLong_FromLongLong(type & MAP_TO_FROM);

@@ -64,21 +64,48 @@ static int hot_is(PyObject *v, PyObject *want) {
   return v == want;
 }
 
-/* hot_regions.find's checks on slot `s`: the same runtime live and not closing, no
- * program (un)registered since, no OMPT tool, no profile, no recording on the device, no
- * injected failure. */
-static int hot_holds(HotRegion *s) {
-  if (PySet_GET_SIZE(hot_inject) || !hot_is(PyObject_GetAttr(hot_process, s_live), s->rt) ||
-      !hot_is(PyObject_GetAttr(s->rt, s_closing), Py_False) ||
-      !hot_is(PyObject_GetAttr(hot_ompt, s_listening), Py_False) ||
-      !hot_is(PyObject_GetAttr(hot_profile, s_active), Py_None) ||
-      !hot_is(PyObject_GetAttr(s->gen, s_arena), Py_None))
+/* The checks every kept construct makes: no injected failure, runtime `rt` live and not
+ * closing, no OMPT tool, no program (un)registered since registry version `version`. */
+static int hot_still(PyObject *rt, long long version) {
+  if (PySet_GET_SIZE(hot_inject) || !hot_is(PyObject_GetAttr(hot_process, s_live), rt) ||
+      !hot_is(PyObject_GetAttr(rt, s_closing), Py_False) ||
+      !hot_is(PyObject_GetAttr(hot_ompt, s_listening), Py_False))
     return 0;
   PyObject *v = PyObject_GetAttr(hot_registry, s_version);
-  long long version = v ? PyLong_AsLongLong(v) : -1;
+  long long now = v ? PyLong_AsLongLong(v) : -1;
   Py_XDECREF(v);
   PyErr_Clear();
-  return version == s->version;
+  return now == version;
+}
+
+/* hot_regions.find's checks on slot `s`: hot_still's, no profile, no recording on the
+ * device. */
+static int hot_holds(HotRegion *s) {
+  return hot_still(s->rt, s->version) &&
+         hot_is(PyObject_GetAttr(hot_profile, s_active), Py_None) &&
+         hot_is(PyObject_GetAttr(s->gen, s_arena), Py_None);
+}
+
+/* The raised exception handed to `failed(loc, export, exception)` (the export's own
+ * report): what it returns as an int, or HOT_FAIL (its own failure reported unraisable). */
+static int hot_report(PyObject *failed, void *loc, int32_t export) {
+  PyObject *typ, *val, *tb;
+  PyErr_Fetch(&typ, &val, &tb);
+  PyErr_NormalizeException(&typ, &val, &tb);
+  if (tb)
+    PyException_SetTraceback(val, tb);
+  PyObject *out = PyObject_CallFunction(failed, "KiO", (unsigned long long)(uintptr_t)loc,
+                                        export, val);
+  int r = out && PyLong_Check(out) ? (int)PyLong_AsLong(out) : HOT_FAIL;
+  Py_XDECREF(out);
+  Py_XDECREF(typ);
+  Py_XDECREF(val);
+  Py_XDECREF(tb);
+  if (PyErr_Occurred()) {
+    PyErr_WriteUnraisable(failed);
+    r = HOT_FAIL;
+  }
+  return r;
 }
 
 /* The kept region of this launch run (GIL held): 0 once it ran, KERNEL_GENERAL with nothing
@@ -111,24 +138,8 @@ static int hot_run(void *loc, int32_t export, int64_t dev, int32_t teams, int32_
     Py_XDECREF(argv[i]);
   Py_DECREF(step);
   Py_DECREF(extra);
-  if (PyErr_Occurred()) {                       /* as kernel_many's export reports it */
-    PyObject *typ, *val, *tb;
-    PyErr_Fetch(&typ, &val, &tb);
-    PyErr_NormalizeException(&typ, &val, &tb);
-    if (tb)
-      PyException_SetTraceback(val, tb);
-    PyObject *out = PyObject_CallFunction(hot_failed, "KiO",
-                                          (unsigned long long)(uintptr_t)loc, export, val);
-    r = out ? (int)PyLong_AsLong(out) : HOT_FAIL;
-    Py_XDECREF(out);
-    Py_XDECREF(typ);
-    Py_XDECREF(val);
-    Py_XDECREF(tb);
-    if (PyErr_Occurred()) {
-      PyErr_WriteUnraisable(hot_failed);
-      r = HOT_FAIL;
-    }
-  }
+  if (PyErr_Occurred())                         /* as kernel_many's export reports it */
+    r = hot_report(hot_failed, loc, export);
   return r;
 }
 
@@ -154,7 +165,6 @@ static int offload_hot_kernel(void *loc, int32_t export, int64_t dev, int32_t te
  * end_single_range and update_single_range), a step bound to its table (the table's
  * `observed`), and what must still hold. */
 #define HOT_DEVICES 64
-#define HOT_PLAIN 0x23ULL                  /* TO, FROM, TARGET_PARAM */
 
 typedef struct {
   PyObject *begin, *end, *update, *table, *rt;     /* NULL begin: none kept */
@@ -170,21 +180,12 @@ static void hot_clear_data(HotData *h) {
     Py_XDECREF(o[i]);
 }
 
-/* hot_holds' checks for a kept device (no kernel: no profile or recording to ask), and
+/* hot_still's checks for a kept device (no kernel: no profile or recording to ask), and
  * its table not observed (maps.single_section's rule). */
 static int hot_data_holds(HotData *h) {
   Method *m = (Method *)h->table;
-  if (Py_TYPE(h->table) != &MethodType || !m->owner || !m->owner->core ||
-      m->owner->core->observed || PySet_GET_SIZE(hot_inject) ||
-      !hot_is(PyObject_GetAttr(hot_process, s_live), h->rt) ||
-      !hot_is(PyObject_GetAttr(h->rt, s_closing), Py_False) ||
-      !hot_is(PyObject_GetAttr(hot_ompt, s_listening), Py_False))
-    return 0;
-  PyObject *v = PyObject_GetAttr(hot_registry, s_version);
-  long long version = v ? PyLong_AsLongLong(v) : -1;
-  Py_XDECREF(v);
-  PyErr_Clear();
-  return version == h->version;
+  return Py_TYPE(h->table) == &MethodType && m->owner && m->owner->core &&
+         !m->owner->core->observed && hot_still(h->rt, h->version);
 }
 
 /* The library's entry for a data construct of one component without a mapper (its address
@@ -192,7 +193,7 @@ static int hot_data_holds(HotData *h) {
  * reported, as data_one), 0 with nothing done (the library then calls data_one). */
 static int offload_hot_data(void *loc, int32_t export, int64_t dev, uintptr_t base,
                             uintptr_t begin, int64_t size, uint64_t type) {
-  if (dev < 0 || dev >= HOT_DEVICES || base != begin || size <= 0 || (type & ~HOT_PLAIN) ||
+  if (dev < 0 || dev >= HOT_DEVICES || !plain_section(base, begin, size, type) ||
       !hot_data_failed)
     return 0;
   const volatile HotData *seen = &hot_data[dev];
@@ -217,20 +218,8 @@ static int offload_hot_data(void *loc, int32_t export, int64_t dev, uintptr_t ba
     Py_DECREF(step);
     Py_XDECREF(got);
     r = 1;
-    if (!got) {                                   /* as data_one reports it */
-      PyObject *typ, *val, *tb;
-      PyErr_Fetch(&typ, &val, &tb);
-      PyErr_NormalizeException(&typ, &val, &tb);
-      if (tb)
-        PyException_SetTraceback(val, tb);
-      PyObject *out = PyObject_CallFunction(hot_data_failed, "KiO",
-                                            (unsigned long long)(uintptr_t)loc, export, val);
-      Py_XDECREF(out);
-      Py_XDECREF(typ);
-      Py_XDECREF(val);
-      Py_XDECREF(tb);
-      if (!out)
-        PyErr_WriteUnraisable(hot_data_failed);
+    if (!got) {                                   /* as data_one reports it: done */
+      hot_report(hot_data_failed, loc, export);
     } else {
       hot_data_runs++;
     }
