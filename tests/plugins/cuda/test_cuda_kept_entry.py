@@ -14,7 +14,7 @@ from offload import _accel, profile
 from offload.capi import hot_regions, ompt
 from offload.capi.devices import registry
 from tests.capi.test_capi_kept_entry import ENTRY
-from tests.fakes.cuda_driver import Driver
+from tests.fakes.cuda_driver import Driver, ffi
 from tests.plugins.cuda.test_cuda_fast import accel_table  # noqa: F401
 from tests.plugins.cuda.test_cuda_fast_section import SPEC, Setup, _add_to_the_scalar
 
@@ -93,3 +93,38 @@ def test_a_kept_region_whose_array_went_is_left_to_python(accel_table, monkeypat
     d.calls.clear()
     assert launch(st, np.array([1.0])) == GENERAL
     assert d.calls == [] and not failures and len(st.table) == 0
+
+
+def test_a_kept_empty_region_launches_on_its_environment_alone(accel_table,  # noqa: F811
+                                                               monkeypatch):
+    """An empty region (no map list: n 0, the five arrays NULL) kept as kernel_one keeps
+    it on a CUDA device (_keep_empty: launch_present_map on its plan) runs from the entry
+    with one launch whose only argument is the launch environment, and one wait."""
+    d = Driver(busy_polls=1)
+    st = Setup(accel_table, monkeypatch, d)
+    core = _accel.load()
+    failures = []
+    core.hot_setup(offload.runtime._process, registry, ompt, profile, set(),
+                   lambda *f: failures.append(f) or -1, GENERAL,
+                   lambda *f: failures.append(f) or -1, b"beu")
+    try:
+        spec = SPEC._replace(sizes=(8,), name="empty", what="cuLaunchKernel(empty)")
+        core.hot_keep(*KEY, offload.runtime.operation(st.table.steps.launch_present_map),
+                      (spec, 0x777, None), offload.runtime._process.live, st.g,
+                      registry.version)
+        seen = []
+        d.kernel = lambda params: seen.append(ffi.cast("unsigned long long *", params[0])[0])
+        dev, region, teams, threads, trip = KEY
+        entry = ENTRY(core.hot_address())
+        ran = core.hot_ran()
+        for _ in range(2):
+            d.calls.clear()
+            d.busy_polls = 1                       # the launch still running at first
+            assert entry(0x55, 0, dev, teams, threads, region, trip, 0, 0, 0, 0, 0, 0) == 0
+            assert [c[0] for c in d.calls] == ["ctx", "launch", "query", "query"]
+        assert seen == [0x777, 0x777] and core.hot_ran() == ran + 2 and not failures
+        st.only_the_array_left()
+    finally:
+        core.hot_forget()
+        if hot_regions._connected:
+            core.hot_setup(*hot_regions._connected)
