@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import _accel
+from . import _accel, dlpack
 from . import config as _config
 from .plugin_manager import discover
 from .runtime import current as _current
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"offload {__version__}: {m.num_devices()} device(s); "
           f"initial device is {m.num_devices()}")
     print(f"mapping core: {_accel.describe(_config.read())}")
+    print(f"DLPack deleters: {dlpack.describe_entries()}")
     number = 0
     for rec in m.records:
         status = (f"{rec.num_devices} device(s)" if rec.num_devices

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import locks
+from . import _accel, locks
 from ._lazy import numpy as np
 from .errors import ErrorCode, OffloadError
 from .ffi_cache import ffi_for
@@ -47,7 +47,7 @@ _VERSIONED, _LEGACY = b"dltensor_versioned", b"dltensor"
 # (another module setting their argtypes would change ours)
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
-                                 _DESTRUCTOR)(("PyCapsule_New", ctypes.pythonapi))
+                                 ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
 _get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_GetName", ctypes.pythonapi))
 _get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
@@ -63,6 +63,7 @@ _alive_lock = locks.new_lock()
 
 
 def _release(address: int) -> None:
+    """A managed tensor's deleter ran: what its capsule kept alive goes."""
     with _alive_lock:
         _alive.pop(address, None)
 
@@ -103,6 +104,40 @@ def _capsule_destructor(capsule: int) -> None:
 _DESTROY = _DESTRUCTOR(_capsule_destructor)
 
 
+class _Entries:
+    """The deleter and capsule destructor capsules carry: the compiled module's C entries
+    where it builds (accel_c/dlpack.c: a consumer may run them from a deallocation while
+    an exception propagates, which they keep for it), else the Python callbacks above,
+    which cannot keep it (docs/interop.md)."""
+
+    got: tuple[Any, Any, int] | None = None       # (versioned, legacy, destructor)
+
+    @classmethod
+    def get(cls) -> tuple[Any, Any, int]:
+        if cls.got is None:
+            module = _accel.load()
+            if module is None:
+                cls.got = (_delete_versioned, _delete_legacy,
+                           ctypes.cast(_DESTROY, ctypes.c_void_p).value or 0)
+            else:
+                deleter, destroy = module.dlpack_setup(finalizer(_release), _capsule_destructor)
+                cls.got = (_cast(_T_VERSIONED_DELETER, deleter),
+                           _cast(_T_LEGACY_DELETER, deleter), destroy)
+        return cls.got
+
+
+def describe_entries() -> str:
+    """Which deleter and capsule destructor capsules carry, for offload-info."""
+    if _accel.load() is None:
+        return ("Python callbacks (no compiled module: an exception that a consumer's "
+                "deallocation runs them under is lost)")
+    return "C entries that keep a propagating exception (offload/accel_c/dlpack.c)"
+
+
+_T_VERSIONED_DELETER = _ffi.typeof("void(*)(DLManagedTensorVersioned *)")
+_T_LEGACY_DELETER = _ffi.typeof("void(*)(DLManagedTensor *)")
+
+
 def _dl_dtype(dtype: np.dtype) -> tuple[int, int, int]:
     code = _DTYPE_CODES.get(dtype.kind)
     if code is None or dtype.fields is not None:
@@ -135,20 +170,21 @@ class Layout:
 def capsule(layout: Layout, read_only: bool, owner: Any, versioned: bool) -> Any:
     """A DLPack capsule of `layout`'s tensor (the memory kept alive through `owner`).
     (A Ctrl-C here waits for the next operation: the destructor of a capsule dropped as
-    the KeyboardInterrupt leaves, a ctypes callback, would lose it.)"""
+    the KeyboardInterrupt leaves would lose it.)"""
+    delete_versioned, delete_legacy, destroy = _Entries.get()
     if versioned:
         managed = _ffi.new(_T_VERSIONED)
         managed.version.major = 1
         managed.flags = _READ_ONLY if read_only else 0
-        managed.deleter = _delete_versioned
+        managed.deleter = delete_versioned
     else:
         managed = _ffi.new(_T_LEGACY)
-        managed.deleter = _delete_legacy
+        managed.deleter = delete_legacy
     managed.dl_tensor = layout.tensor[0]
     address = int(_cast(_T_UINTPTR, managed))
     with _alive_lock:
         _alive[address] = (managed, layout, owner)
-    return _capsule_new(address, _VERSIONED if versioned else _LEGACY, _DESTROY)
+    return _capsule_new(address, _VERSIONED if versioned else _LEGACY, destroy)
 
 
 def make_capsule(data: int, device: tuple[int, int], shape: tuple[int, ...],

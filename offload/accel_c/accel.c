@@ -18,7 +18,7 @@
  *
  * The parts, included here in this order as one translation unit (their functions stay
  * static): interface.c, cuda_work.c, lock.c, entry.c, table.c, common.c, single_range.c,
- * section.c, update.c, present.c, direct_call.c, clauses.c, operation.c; this file adds
+ * section.c, update.c, present.c, direct_call.c, clauses.c, operation.c, dlpack.c; this file adds
  * the accelerator object of a table, its bound methods (then hot.c) and the module. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,6 +43,7 @@
 #include "direct_call.c"
 #include "clauses.c"
 #include "operation.c"
+#include "dlpack.c"
 
 static int Accel_traverse(Accel *a, visitproc visit, void *arg) {
   for (int i = 0; i < NREFS; i++)
@@ -279,6 +280,10 @@ bad:
 }
 
 static PyMethodDef methods[] = {
+    {"dlpack_setup", dlpack_setup, METH_VARARGS,
+     "dlpack_setup(release, destroy) -> (deleter, capsule destructor): C entries for DLPack "
+     "consumers that keep the thread's exception, calling release(managed tensor's address) "
+     "and destroy(capsule's address)."},
     {"steps_setup", steps_setup, METH_VARARGS,
      "steps_setup(pending, drain): offload.locks' deferred finalizer work and its runner"},
     {"step_depth", steps_depth, METH_NOARGS, "step_depth() -> this thread's locked steps"},

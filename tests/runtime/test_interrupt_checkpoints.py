@@ -25,6 +25,9 @@ from offload import runtime as rtmod
 from tests.interrupt_support import SCENARIOS, assert_empty, cleanup
 
 PACKAGE = os.path.dirname(offload.__file__) + os.sep
+#: the code every offload finalizer runs in (interrupts.finalizer's wrapper): called by C
+#: (a capsule's destructor, the collector), never by the CALL its caller's frame is in
+FINALIZER = offload.dlpack._capsule_destructor.__code__
 #: scenarios that receive a resource by assignment from a call (the caller's window;
 #: not `empty`: an array dropped on the way is freed by its finalizer)
 RECEIVES = {"_lock_unlock", "_target_alloc", "_llvm_lock", "_associate", "_rect",
@@ -51,7 +54,8 @@ class Checkpoints:
     exception then leaves the CALL itself); else at the caller's next instruction, when
     that is under the same exception handler as the CALL (otherwise it is not modelled:
     `skipped` counts those). A dunder method is called by C code (numpy's from_dlpack
-    calls __dlpack__), not by the caller's CALL: its return is not that CALL's end."""
+    calls __dlpack__), nor is a finalizer (a capsule's destructor runs inside the
+    caller's CALL): their return is not that CALL's end."""
 
     def __init__(self, at, scenario_code, receives):
         self.at, self.seen, self.fired, self.place, self.skipped = at, 0, False, None, 0
@@ -99,6 +103,7 @@ class Checkpoints:
             self.called_at.pop(frame, None)
             caller, name = frame.f_back, frame.f_code.co_name
             if caller is not None and not (name.startswith("__") and name.endswith("__")) \
+                    and frame.f_code is not FINALIZER \
                     and self.called_at.pop(caller, None) is not None:
                 self._check(caller, f"return of {frame.f_code.co_qualname}")
         return self._local
