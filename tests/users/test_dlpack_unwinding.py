@@ -99,3 +99,35 @@ def test_capsules_carry_the_compiled_entries(runtime):
     import ctypes
     assert destroy != ctypes.cast(dlpack._DESTROY, ctypes.c_void_p).value
     assert "C entries" in dlpack.describe_entries()
+
+
+def test_without_the_compiled_module_the_python_callbacks_release(runtime, monkeypatch):
+    """The fallback where no compiler builds the module (not reached otherwise): capsules
+    carry the cffi deleters and the ctypes destructor, which release what a capsule kept
+    once its consumer is done or nobody consumed it."""
+    import ctypes
+
+    import numpy as np
+
+    import offload
+    runtime()
+    python = (dlpack._delete_versioned, dlpack._delete_legacy,
+              ctypes.cast(dlpack._DESTROY, ctypes.c_void_p).value)
+    monkeypatch.setattr(dlpack._Entries, "got", python)
+    a = np.arange(64, dtype=np.int32)
+    with offload.target_data(offload.tofrom(a), device=0):
+        before = len(dlpack._alive)
+        for version in ((1, 0), None):
+            cap = offload.device_array(a, 0).__dlpack__(max_version=version)
+            assert len(dlpack._alive) == before + 1
+            name, ctype, fn = ((b"dltensor_versioned", "DLManagedTensorVersioned *",
+                                python[0]) if version else
+                               (b"dltensor", "DLManagedTensor *", python[1]))
+            managed = dlpack._ffi.cast(ctype, dlpack._get_pointer_obj(cap, name))
+            assert managed.deleter == fn                 # the Python callback, not C
+            del cap                                    # never consumed: the destructor
+            assert len(dlpack._alive) == before
+        v = np.from_dlpack(offload.device_array(a, 0))
+        assert len(dlpack._alive) == before + 1 and v[3] == 3
+        del v                                          # consumed: the deleter
+        assert len(dlpack._alive) == before
