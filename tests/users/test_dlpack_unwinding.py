@@ -131,3 +131,48 @@ def test_without_the_compiled_module_the_python_callbacks_release(runtime, monke
         assert len(dlpack._alive) == before + 1 and v[3] == 3
         del v                                          # consumed: the deleter
         assert len(dlpack._alive) == before
+
+
+THREAD_CALLER = r"""
+#include <pthread.h>
+typedef void (*deleter_t)(void *);
+struct call { deleter_t fn; void *arg; };
+static void *run(void *p) { struct call *c = p; c->fn(c->arg); return 0; }
+int call_in_new_thread(deleter_t fn, void *arg) {
+  struct call c = {fn, arg};
+  pthread_t t;
+  if (pthread_create(&t, 0, run, &c)) return -1;
+  return pthread_join(t, 0);
+}
+"""
+
+
+def test_a_consumer_thread_python_never_saw_runs_the_deleter(runtime, tmp_path):
+    """A consumer may free from a thread of its own (a C library's worker, never a Python
+    thread): the C deleter takes the GIL there and releases what the capsule kept."""
+    import ctypes
+
+    import numpy as np
+
+    import offload
+    runtime()
+    src, lib = tmp_path / "caller.c", tmp_path / "caller.so"
+    src.write_text(THREAD_CALLER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread",
+                    "-o", str(lib), str(src)], check=True)
+    caller = ctypes.CDLL(str(lib)).call_in_new_thread      # releases the GIL meanwhile
+    caller.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    a = np.arange(64, dtype=np.int32)
+    with offload.target_data(offload.tofrom(a), device=0):
+        before = len(dlpack._alive)
+        cap = offload.device_array(a, 0).__dlpack__(max_version=(1, 0))
+        address = dlpack._get_pointer_obj(cap, b"dltensor_versioned")
+        managed = dlpack._ffi.cast("DLManagedTensorVersioned *", address)
+        deleter = int(dlpack._ffi.cast("uintptr_t", managed.deleter))
+        set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_SetName", ctypes.pythonapi))       # a prototype of our own
+        assert set_name(cap, b"used_dltensor_versioned") == 0          # consumed
+        assert caller(deleter, address) == 0
+        assert len(dlpack._alive) == before
+        del cap                                    # consumed: its destructor does nothing
+        assert len(dlpack._alive) == before
