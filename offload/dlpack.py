@@ -245,6 +245,35 @@ def is_foreign(obj: Any) -> bool:
         return False
 
 
+def _dense(dims: Any, itemsize: int) -> bool:
+    expect = itemsize
+    for n, stride in dims:
+        if n != 1 and stride != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _refuse_gaps(obj: Any, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+                 itemsize: int) -> None:
+    """A foreign device array is one block of math.prod(shape) elements, C- or
+    Fortran-ordered, as a host array must be (arrays.as_array): OffloadError naming its
+    strides (bytes) otherwise; a dimension of one element, or an empty array, takes any
+    stride."""
+    if strides is None or 0 in shape:
+        return
+    if len(strides) != len(shape):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{type(obj).__name__}: {len(strides)} strides {strides} for "
+                           f"{len(shape)} dimensions {shape}")
+    dims = list(zip(shape, strides, strict=True))
+    if not (_dense(reversed(dims), itemsize) or _dense(dims, itemsize)):
+        raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                           f"{type(obj).__name__}: cannot use a non-contiguous device array "
+                           f"(shape {shape}, strides {strides} bytes) as one block; pass a "
+                           f"contiguous copy")
+
+
 def foreign_pointer(obj: Any) -> tuple[int, int] | None:
     """(device pointer, bytes) of a foreign device array (CUDA Array Interface v3, or
     DLPack on a CUDA/ROCm device), else None. Work the producer queued on the stream it
@@ -262,6 +291,8 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"{type(obj).__name__}.__cuda_array_interface__: stream 0 is "
                                f"disallowed by the interface (1 or 2 name the default streams)")
+        _refuse_gaps(obj, tuple(desc["shape"]), desc.get("strides"),
+                     np.dtype(desc["typestr"]).itemsize)
         _wait_producer(int(stream) if stream is not None else None)
         return int(desc["data"][0] or 0), nbytes
     if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
@@ -278,8 +309,11 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
                           _get_pointer_obj(capsule, _VERSIONED)).dl_tensor
         else:
             t = _ffi.cast("DLManagedTensor *", _get_pointer_obj(capsule, _LEGACY)).dl_tensor
-        nbytes = math.prod(t.shape[i] for i in range(t.ndim)) * \
-            (t.dtype.bits * t.dtype.lanes // 8)
+        itemsize = t.dtype.bits * t.dtype.lanes // 8
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        nbytes = math.prod(shape) * itemsize
+        _refuse_gaps(obj, shape, None if t.strides == _ffi.NULL else
+                     tuple(t.strides[i] * itemsize for i in range(t.ndim)), itemsize)
         address = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
         _wait_producer(stream)
         return address, nbytes          # the unconsumed capsule frees its tensor: obj owns the data

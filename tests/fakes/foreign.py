@@ -13,21 +13,25 @@ from offload.dlpack import KDL_CUDA, make_capsule
 class CAIArray:
     """`__cuda_array_interface__` v3 over (ptr, shape, dtype); `stream` as reported."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, stream: int | None = None):
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, stream: int | None = None,
+                 strides: tuple[int, ...] | None = None):
         self.ptr, self.shape, self.dtype, self.stream = ptr, shape, np.dtype(dtype), stream
+        self.strides = strides                              # bytes, as the interface has them
 
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "version": 3, "strides": None, "stream": self.stream}
+                "version": 3, "strides": self.strides, "stream": self.stream}
 
 
 class DLPackArray:
     """`__dlpack__` / `__dlpack_device__` reporting a CUDA device; records the stream
     the consumer asked for."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any):
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any,
+                 strides: tuple[int, ...] | None = None):
         self.ptr, self.shape, self.dtype = ptr, shape, np.dtype(dtype)
+        self.strides = strides                              # elements, as DLPack has them
         self.asked: list[Any] = []
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -35,5 +39,5 @@ class DLPackArray:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
         self.asked.append(stream)
-        return make_capsule(self.ptr, (KDL_CUDA, 0), self.shape, None, self.dtype, False,
-                            self, max_version is not None)
+        return make_capsule(self.ptr, (KDL_CUDA, 0), self.shape, self.strides, self.dtype,
+                            False, self, max_version is not None)

@@ -3,6 +3,7 @@ import (foreign device arrays as kernel arguments and copy endpoints, after thei
 producer's stream), offload queues handed out as streams, Pinned as DLPack. These run on
 the host plugin everywhere; tests/users/test_interop_gpu.py does the same with CuPy / PyTorch."""
 import ctypes
+import math
 
 import numpy as np
 import pytest
@@ -208,6 +209,38 @@ def test_foreign_array_as_copy_destination_is_bounds_checked(rt, capsys):
         assert (back == 7).all()
         assert offload.omp_target_memcpy(dst, src, 68, 0, 0, 0, init) == -1
         assert "lie past the end of its 64-byte buffer" in capsys.readouterr().err
+    finally:
+        offload.omp_target_free(d, 0)
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_a_foreign_array_with_gaps_is_refused_not_read_as_one_block(rt, add_one, capsys, kind):
+    """A strided foreign view (every other element) is not prod(shape) elements from its
+    pointer: refused as a kernel argument and as a copy endpoint, naming its strides, as
+    a non-contiguous host array is; C- and Fortran-ordered blocks (and dimensions of one
+    element, whatever their stride) are taken."""
+    d = offload.omp_target_alloc(256, 0)
+    init = offload.omp_get_initial_device()
+
+    def view(shape, byte_strides):
+        if kind == "cai":
+            return CAIArray(d, shape, np.int32, strides=byte_strides)
+        return DLPackArray(d, shape, np.int32, strides=tuple(b // 4 for b in byte_strides))
+    try:
+        gaps = view((8,), (8,))
+        with pytest.raises(OffloadError, match=r"non-contiguous device array \(shape \(8,\), "
+                                               r"strides \(8,\) bytes\)"):
+            offload.target(add_one.add_one, gaps, 0, 8, device=0)
+        src = np.arange(8, dtype=np.int32)
+        assert offload.omp_target_memcpy(gaps, src, 32, 0, 0, 0, init) == -1
+        assert "non-contiguous device array" in capsys.readouterr().err
+        if kind == "cai":                     # the interface's strides, one per dimension
+            with pytest.raises(OffloadError, match=r"1 strides \(4,\) for 2 dimensions"):
+                offload.target(add_one.add_one, view((4, 8), (4,)), 0, 8, device=0)
+        for shape, strides in (((4, 8), (32, 4)), ((4, 8), (4, 16)), ((1, 8), (999, 4))):
+            ok = view(shape, strides)
+            assert offload.omp_target_memcpy(ok, np.arange(32, dtype=np.int32)[:math.prod(shape)],
+                                             math.prod(shape) * 4, 0, 0, 0, init) == 0
     finally:
         offload.omp_target_free(d, 0)
 
