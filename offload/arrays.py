@@ -99,7 +99,8 @@ def buffer(x: Any, what: str, writable: bool = False) -> tuple[int, int | None]:
     """(address, size in bytes or None for a bare int address) of a pointer argument.
 
     Arrays must be contiguous and hold no Python objects; a destination must be
-    writeable (not bytes, not a read-only array). A foreign device array (CuPy, PyTorch:
+    writeable (not bytes, not a read-only array, not a foreign array its producer marked
+    read-only). A foreign device array (CuPy, PyTorch:
     CUDA Array Interface or DLPack) gives its device pointer, once its producer's stream
     has finished the work queued on it."""
     if x is None:
@@ -109,13 +110,14 @@ def buffer(x: Any, what: str, writable: bool = False) -> tuple[int, int | None]:
         if not 0 <= v < 2**64:
             raise OffloadError(ErrorCode.INVALID_VALUE, f"{what}: address {v} out of range")
         return v, None
-    if is_foreign(x):
-        found = foreign_pointer(x)
-        if found is not None:
-            return found
-    arr = as_array(x, what)
-    if writable and not arr.flags.writeable:
+    found = foreign_pointer(x) if is_foreign(x) else None
+    if found is not None:
+        read_only, where = found.read_only, (found.address, found.nbytes)
+    else:
+        arr = as_array(x, what)
+        read_only, where = not arr.flags.writeable, span(arr)
+    if writable and read_only:
         raise OffloadError(ErrorCode.INVALID_ARGUMENT,
                            f"{what}: the destination is read-only ({type(x).__name__}); "
                            f"pass a writeable array")
-    return span(arr)
+    return where

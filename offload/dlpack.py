@@ -8,7 +8,7 @@ import math
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _accel, locks
 from ._lazy import numpy as np
@@ -17,7 +17,7 @@ from .ffi_cache import ffi_for
 from .interrupts import defers_interrupts, finalizer
 
 __all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_HOST", "KDL_ROCM", "KDL_ROCM_HOST",
-           "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
+           "ForeignPointer", "Layout", "capsule", "foreign_pointer", "is_foreign", "make_capsule",
            "register_stream_waiter", "unregister_stream_waiter"]
 
 _ffi = ffi_for("dlpack", """
@@ -274,15 +274,25 @@ def _refuse_gaps(obj: Any, shape: tuple[int, ...], strides: tuple[int, ...] | No
                            f"contiguous copy")
 
 
-def foreign_pointer(obj: Any) -> tuple[int, int] | None:
-    """(device pointer, bytes) of a foreign device array (CUDA Array Interface v3, or
-    DLPack on a CUDA/ROCm device), else None. Work the producer queued on the stream it
-    names has finished when this returns; the pointer is valid while `obj` lives."""
+class ForeignPointer(NamedTuple):
+    """Where a foreign device array's one block lies, and whether its producer marked it
+    read-only (the interface's `data[1]`, DLPack's READ_ONLY flag)."""
+
+    address: int
+    nbytes: int
+    read_only: bool
+
+
+def foreign_pointer(obj: Any) -> ForeignPointer | None:
+    """The device block of a foreign device array (CUDA Array Interface v3, or DLPack on
+    a CUDA/ROCm device), else None. Work the producer queued on the stream it names has
+    finished when this returns; the pointer is valid while `obj` lives."""
     if _host_data(obj):
         return None
     own = getattr(type(obj), "__offload_device_pointer__", None)
     if own is not None:              # offload's own device_array, on any plugin
-        return own(obj)  # type: ignore[no-any-return]
+        address, nbytes = own(obj)
+        return ForeignPointer(address, nbytes, bool(getattr(obj, "read_only", False)))
     if hasattr(type(obj), "__cuda_array_interface__"):
         desc = obj.__cuda_array_interface__
         nbytes = math.prod(desc["shape"]) * np.dtype(desc["typestr"]).itemsize
@@ -294,19 +304,24 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
         _refuse_gaps(obj, tuple(desc["shape"]), desc.get("strides"),
                      np.dtype(desc["typestr"]).itemsize)
         _wait_producer(int(stream) if stream is not None else None)
-        return int(desc["data"][0] or 0), nbytes
+        return ForeignPointer(int(desc["data"][0] or 0), nbytes, bool(desc["data"][1]))
     if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
         kind, _ = obj.__dlpack_device__()
         if kind not in (KDL_CUDA, KDL_ROCM):
             return None
         stream = 1 if kind == KDL_CUDA else None      # the legacy default stream
-        try:
-            capsule = obj.__dlpack__(stream=stream)
-        except TypeError:                               # a producer without the argument
-            capsule, stream = obj.__dlpack__(), None
+        try:                                            # 1.x: with its read-only flag
+            capsule = obj.__dlpack__(stream=stream, max_version=(1, 0))
+        except TypeError:                               # a producer before max_version
+            try:
+                capsule = obj.__dlpack__(stream=stream)
+            except TypeError:                           # a producer without the argument
+                capsule, stream = obj.__dlpack__(), None
+        read_only = False                               # (0.x tensors have no flags)
         if _is_valid_obj(capsule, _VERSIONED):
-            t = _ffi.cast("DLManagedTensorVersioned *",
-                          _get_pointer_obj(capsule, _VERSIONED)).dl_tensor
+            managed = _ffi.cast("DLManagedTensorVersioned *",
+                                _get_pointer_obj(capsule, _VERSIONED))
+            t, read_only = managed.dl_tensor, bool(managed.flags & _READ_ONLY)
         else:
             t = _ffi.cast("DLManagedTensor *", _get_pointer_obj(capsule, _LEGACY)).dl_tensor
         itemsize = t.dtype.bits * t.dtype.lanes // 8
@@ -316,5 +331,6 @@ def foreign_pointer(obj: Any) -> tuple[int, int] | None:
                      tuple(t.strides[i] * itemsize for i in range(t.ndim)), itemsize)
         address = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
         _wait_producer(stream)
-        return address, nbytes          # the unconsumed capsule frees its tensor: obj owns the data
+        # the unconsumed capsule frees its tensor: obj owns the data
+        return ForeignPointer(address, nbytes, read_only)
     return None

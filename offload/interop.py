@@ -95,6 +95,11 @@ class DeviceArray:
         return capsule(self._layout, self._read_only, self,
                        max_version is not None and max_version[0] >= 1)
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the host array is read-only (so the export says the copy is)."""
+        return self._read_only
+
     def __offload_device_pointer__(self) -> tuple[int, int]:
         """(device address, bytes): a kernel argument or copy endpoint on any plugin."""
         _wait_for_work(self)

@@ -221,7 +221,7 @@ def _device_pointers(args: Sequence[Any], dev: Device | None) -> tuple[Any, ...]
                                    f"device; name the device that holds it with device=")
             found = foreign_pointer(a)
             assert found is not None
-            a = found[0]
+            a = found.address
         out.append(a)
     return tuple(out)
 

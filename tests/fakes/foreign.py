@@ -14,13 +14,14 @@ class CAIArray:
     """`__cuda_array_interface__` v3 over (ptr, shape, dtype); `stream` as reported."""
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, stream: int | None = None,
-                 strides: tuple[int, ...] | None = None):
+                 strides: tuple[int, ...] | None = None, read_only: bool = False):
         self.ptr, self.shape, self.dtype, self.stream = ptr, shape, np.dtype(dtype), stream
         self.strides = strides                              # bytes, as the interface has them
+        self.read_only = read_only
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.read_only),
                 "version": 3, "strides": self.strides, "stream": self.stream}
 
 
@@ -29,9 +30,10 @@ class DLPackArray:
     the consumer asked for."""
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any,
-                 strides: tuple[int, ...] | None = None):
+                 strides: tuple[int, ...] | None = None, read_only: bool = False):
         self.ptr, self.shape, self.dtype = ptr, shape, np.dtype(dtype)
         self.strides = strides                              # elements, as DLPack has them
+        self.read_only = read_only                          # (only a 1.x capsule says so)
         self.asked: list[Any] = []
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -40,4 +42,4 @@ class DLPackArray:
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **_: Any) -> Any:
         self.asked.append(stream)
         return make_capsule(self.ptr, (KDL_CUDA, 0), self.shape, self.strides, self.dtype,
-                            False, self, max_version is not None)
+                            self.read_only, self, max_version is not None)

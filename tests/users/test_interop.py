@@ -245,6 +245,32 @@ def test_a_foreign_array_with_gaps_is_refused_not_read_as_one_block(rt, add_one,
         offload.omp_target_free(d, 0)
 
 
+@pytest.mark.parametrize("kind", ["cai", "dlpack", "own"])
+def test_a_foreign_array_its_producer_marked_read_only_is_no_copy_destination(rt, capsys,
+                                                                                kind):
+    """An immutable producer's array (JAX exports read-only DLPack 1.x tensors; the
+    interface's data[1]; offload's own export of a read-only host array) is refused as
+    omp_target_memcpy's destination, as a read-only host array is, and read as a source."""
+    d = offload.omp_target_alloc(64, 0)
+    init = offload.omp_get_initial_device()
+    host = np.arange(16, dtype=np.int32)
+    host.flags.writeable = False
+    try:
+        with offload.target_data(offload.to(host), device=0):
+            ro = {"cai": lambda: CAIArray(d, (16,), np.int32, read_only=True),
+                  "dlpack": lambda: DLPackArray(d, (16,), np.int32, read_only=True),
+                  "own": lambda: offload.device_array(host, 0)}[kind]()
+            src = np.full(16, 5, dtype=np.int32)
+            assert offload.omp_target_memcpy(ro, src, 64, 0, 0, 0, init) == -1
+            assert "the destination is read-only" in capsys.readouterr().err
+            back = np.zeros(16, dtype=np.int32)
+            assert offload.omp_target_memcpy(back, ro, 64, 0, 0, init, 0) == 0
+            if kind == "own":                               # the device copy, unchanged
+                assert back.tolist() == list(range(16))
+    finally:
+        offload.omp_target_free(d, 0)
+
+
 def test_foreign_array_named_as_host_memory_is_refused(rt, add_one, capsys):
     d = offload.omp_target_alloc(64, 0)
     try:
