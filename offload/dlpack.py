@@ -301,6 +301,10 @@ def foreign_pointer(obj: Any) -> ForeignPointer | None:
             raise OffloadError(ErrorCode.INVALID_VALUE,
                                f"{type(obj).__name__}.__cuda_array_interface__: stream 0 is "
                                f"disallowed by the interface (1 or 2 name the default streams)")
+        if desc.get("mask") is not None:
+            raise OffloadError(ErrorCode.INVALID_ARGUMENT,
+                               f"{type(obj).__name__}.__cuda_array_interface__: a masked "
+                               f"array (mask {desc['mask']!r}) is not one block of values")
         _refuse_gaps(obj, tuple(desc["shape"]), desc.get("strides"),
                      np.dtype(desc["typestr"]).itemsize)
         _wait_producer(int(stream) if stream is not None else None)

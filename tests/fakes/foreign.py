@@ -18,11 +18,13 @@ class CAIArray:
         self.ptr, self.shape, self.dtype, self.stream = ptr, shape, np.dtype(dtype), stream
         self.strides = strides                              # bytes, as the interface has them
         self.read_only = read_only
+        self.mask: Any = None
 
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, self.read_only),
-                "version": 3, "strides": self.strides, "stream": self.stream}
+                "version": 3, "strides": self.strides, "stream": self.stream,
+                "mask": self.mask}
 
 
 class DLPackArray:

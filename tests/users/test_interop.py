@@ -234,6 +234,11 @@ def test_a_foreign_array_with_gaps_is_refused_not_read_as_one_block(rt, add_one,
         src = np.arange(8, dtype=np.int32)
         assert offload.omp_target_memcpy(gaps, src, 32, 0, 0, 0, init) == -1
         assert "non-contiguous device array" in capsys.readouterr().err
+        if kind == "cai":                     # no mask: the interface says consumers refuse
+            masked = view((8,), (4,))
+            masked.mask = CAIArray(d, (8,), np.bool_)
+            with pytest.raises(OffloadError, match="a masked array"):
+                offload.target(add_one.add_one, masked, 0, 8, device=0)
         if kind == "cai":                     # the interface's strides, one per dimension
             with pytest.raises(OffloadError, match=r"1 strides \(4,\) for 2 dimensions"):
                 offload.target(add_one.add_one, view((4, 8), (4,)), 0, 8, device=0)
