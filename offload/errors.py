@@ -37,6 +37,11 @@ class OffloadError(Exception):
         return f"{self.message} [{self.code.name}]"
 
 
+class OffloadBufferError(OffloadError, BufferError):
+    """An export the producer cannot make (DLPack's `copy=True`, another `dl_device`):
+    the BufferError the DLPack protocol names for it, and an OffloadError."""
+
+
 class OffloadWarning(UserWarning):
     """Something ran, but not as asked: a kernel with no binary for its device ran on
     the host instead (OMP_TARGET_OFFLOAD=default)."""

@@ -19,7 +19,7 @@ import _cffi_backend
 from ._lazy import numpy as np
 from .arrays import as_array, span
 from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
-from .errors import ErrorCode, OffloadError
+from .errors import ErrorCode, OffloadBufferError, OffloadError
 from .interrupts import defers_interrupts, finalizer
 from .runtime import current as _current
 from .runtime import omp_initial_device, operation, release_operation, resource_operation
@@ -85,10 +85,11 @@ class DeviceArray:
         1.x). offload's work on the array has finished when this returns, so the data is
         ready on any stream the consumer names."""
         if copy:
-            raise OffloadError(ErrorCode.UNSUPPORTED, "device_array exports without copies")
+            raise OffloadBufferError(ErrorCode.UNSUPPORTED,
+                                     "device_array exports without copies")
         if dl_device is not None and tuple(dl_device) != self._dl_device:
-            raise OffloadError(ErrorCode.UNSUPPORTED,
-                               f"device_array lives on {self._dl_device}, not {dl_device}")
+            raise OffloadBufferError(ErrorCode.UNSUPPORTED,
+                                     f"device_array lives on {self._dl_device}, not {dl_device}")
         _wait_for_work(self)
         if self._layout is None:
             self._layout = self._make_layout()
