@@ -108,7 +108,7 @@ class _Entries:
     """The deleter and capsule destructor capsules carry: the compiled module's C entries
     where it builds (accel_c/dlpack.c: a consumer may run them from a deallocation while
     an exception propagates, which they keep for it), else the Python callbacks above,
-    which cannot keep it (docs/interop.md)."""
+    which cannot keep it (docs/semantics.md)."""
 
     got: tuple[Any, Any, int] | None = None       # (versioned, legacy, destructor)
 
@@ -128,7 +128,7 @@ class _Entries:
 
 def describe_entries() -> str:
     """Which deleter and capsule destructor capsules carry, for offload-info."""
-    if _accel.load() is None:
+    if _Entries.get()[0] is _delete_versioned:
         return ("Python callbacks (no compiled module: an exception that a consumer's "
                 "deallocation runs them under is lost)")
     return "C entries that keep a propagating exception (offload/accel_c/dlpack.c)"
