@@ -243,13 +243,14 @@ def bind(lib_ffi: Any, lib: Any = None) -> None:
     lib_ffi.def_extern(name="_offload_kernel_many", onerror=_escaped)(
         _guard("kernel_many", OFFLOAD_FAIL, kernel_many, True, True))
     if lib is not None and _profile is None:     # kept constructs run by the compiled core
-        failed = _guard("kernel_many", OFFLOAD_FAIL, kept_failed, False, True)
-        data_failed = _guard("data_one", None, kept_data_failed, False, True)
+        def at_loc(guarded):
+            """The kept failure's callback: the core passes `loc` as an integer."""
+            return lambda loc, export, exc: guarded(lib_ffi.cast("void *", loc), export, exc)
         hot_regions.connect(
             lib.offload_set_hot,
-            lambda loc, export, exc: failed(lib_ffi.cast("void *", loc), export, exc),
+            at_loc(_guard("kernel_many", OFFLOAD_FAIL, kept_failed, False, True)),
             KERNEL_GENERAL, _inject,
-            lambda loc, export, exc: data_failed(lib_ffi.cast("void *", loc), export, exc),
+            at_loc(_guard("data_one", None, kept_data_failed, False, True)),
             "".join(kind[0] for _, kind in DATA_EXPORTS).encode())
     for kind in ("begin", "end", "update"):
         base = f"__tgt_target_data_{kind}"
