@@ -291,8 +291,7 @@ def foreign_pointer(obj: Any) -> ForeignPointer | None:
         return None
     own = getattr(type(obj), "__offload_device_pointer__", None)
     if own is not None:              # offload's own device_array, on any plugin
-        address, nbytes = own(obj)
-        return ForeignPointer(address, nbytes, bool(getattr(obj, "read_only", False)))
+        return own(obj)  # type: ignore[no-any-return]
     if hasattr(type(obj), "__cuda_array_interface__"):
         desc = obj.__cuda_array_interface__
         nbytes = math.prod(desc["shape"]) * np.dtype(desc["typestr"]).itemsize

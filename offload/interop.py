@@ -18,7 +18,16 @@ import _cffi_backend
 
 from ._lazy import numpy as np
 from .arrays import as_array, span
-from .dlpack import KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, Layout, capsule
+from .dlpack import (
+    KDL_CPU,
+    KDL_CUDA,
+    KDL_CUDA_HOST,
+    KDL_ROCM,
+    KDL_ROCM_HOST,
+    ForeignPointer,
+    Layout,
+    capsule,
+)
 from .errors import ErrorCode, OffloadBufferError, OffloadError
 from .interrupts import defers_interrupts, finalizer
 from .runtime import current as _current
@@ -101,10 +110,10 @@ class DeviceArray:
         """Whether the host array is read-only (so the export says the copy is)."""
         return self._read_only
 
-    def __offload_device_pointer__(self) -> tuple[int, int]:
-        """(device address, bytes): a kernel argument or copy endpoint on any plugin."""
+    def __offload_device_pointer__(self) -> ForeignPointer:
+        """Its device block: a kernel argument or copy endpoint on any plugin."""
         _wait_for_work(self)
-        return self.ptr, self.nbytes
+        return ForeignPointer(self.ptr, self.nbytes, self._read_only)
 
     @property
     def __cuda_array_interface__(self) -> dict:
