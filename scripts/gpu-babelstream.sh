@@ -19,15 +19,14 @@ python3 -c "import bench.babelstream as m; m.build_cuda('$b')" &
 python3 -c "import bench.babelstream as m; m.build_cuda('$b', 'cuda-stream-1', unroll=1)" &
 lib=$(python3 -m offload.capi --libdir)
 wait
+best() {   # best time in us of kernel $2 at 1,024 doubles, binary $1, LD_LIBRARY_PATH $3
+  LD_LIBRARY_PATH=${3:-} timeout 60 "$1" -o "$2" -s 1024 -n 3000 --csv \
+    | awk -F, -v k="$2" '$1==k{printf "%.2f", $6*1e6}'
+}
 echo "one construct at 1,024 doubles, best of 3,000 (us): CUDA model / offload / LLVM 19"
 for r in 1 2 3; do for k in Copy Dot; do
-  c=$(timeout 60 "$b/cuda-stream" -o $k -s 1024 -n 3000 --csv \
-      | awk -F, -v k=$k '$1==k{printf "%.2f", $6*1e6}')
-  o=$(LD_LIBRARY_PATH=$lib:$b timeout 60 "$b/omp-stream" -o $k -s 1024 -n 3000 --csv \
-      | awk -F, -v k=$k '$1==k{printf "%.2f", $6*1e6}')
-  l=$(LD_LIBRARY_PATH=/tmp/llvm:$b timeout 60 "$b/omp-stream" -o $k -s 1024 -n 3000 --csv \
-      | awk -F, -v k=$k '$1==k{printf "%.2f", $6*1e6}')
-  echo "round $r $k: $c / $o / $l"
+  echo "round $r $k: $(best "$b/cuda-stream" $k) / $(best "$b/omp-stream" $k "$lib:$b")" \
+       "/ $(best "$b/omp-stream" $k "/tmp/llvm:$b")"
 done; done
 for who in "$lib" /tmp/llvm; do
   echo "launch geometry at 2^28 (LIBOMPTARGET_INFO=16) on $who"
